@@ -1,0 +1,133 @@
+#!/usr/bin/env -S deno run -A
+/**
+ * Builds forgekit for release.
+ *
+ * - Always writes `dist/forgekit.js`, a single-file bundle (`deno bundle`)
+ *   that runs with `deno run -A dist/forgekit.js` and as an executable script.
+ * - Runs `deno compile` for each release target into `dist/`. `deno compile`
+ *   needs Deno's `denort` runtime: it downloads it, or takes it from
+ *   `DENORT_BIN`. Where it cannot, this says so in one line and exits 0,
+ *   unless `--require-binaries` was given.
+ *
+ * Usage: deno task build [--require-binaries] [--bundle-only] [--target TRIPLE]…
+ */
+import { parseArgs } from "node:util";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { VERSION } from "./lib/version.ts";
+
+/** The release targets of `deno compile`. */
+export const TARGETS = [
+  "x86_64-unknown-linux-gnu",
+  "aarch64-unknown-linux-gnu",
+  "x86_64-apple-darwin",
+  "aarch64-apple-darwin",
+  "x86_64-pc-windows-msvc",
+] as const;
+
+const ROOT = fileURLToPath(new URL(".", import.meta.url));
+const DIST = join(ROOT, "dist");
+const SHEBANG = "#!/usr/bin/env -S deno run -A\n";
+
+async function deno(args: string[]): Promise<{ ok: boolean; stderr: string }> {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args,
+    cwd: ROOT,
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  return { ok: out.success, stderr: new TextDecoder().decode(out.stderr) };
+}
+
+/** Writes dist/forgekit.js and makes it executable. Returns its path. */
+export async function buildBundle(): Promise<string> {
+  await Deno.mkdir(DIST, { recursive: true });
+  const out = join(DIST, "forgekit.js");
+  const tmp = `${out}.tmp-${Deno.pid}`;
+  const r = await deno(["bundle", "--quiet", "--platform", "deno", "-o", tmp, "main.ts"]);
+  if (!r.ok) {
+    await Deno.remove(tmp).catch(() => {});
+    throw new Error(`deno bundle failed: ${r.stderr.trim().split("\n").slice(-3).join(" ")}`);
+  }
+  let text = await Deno.readTextFile(tmp);
+  text = text.replace(/^#!.*\n/, "");
+  await Deno.writeTextFile(tmp, SHEBANG + text, { mode: 0o755 });
+  await Deno.chmod(tmp, 0o755);
+  await Deno.rename(tmp, out);
+  return out;
+}
+
+function binaryName(target: string): string {
+  return `forgekit-${target}${target.includes("windows") ? ".exe" : ""}`;
+}
+
+function reasonOf(stderr: string): string {
+  const lines = stderr.split("\n").map((l) => l.trim()).filter(Boolean);
+  const key = lines.find((l) => /denort|download|dns|network|connect/i.test(l));
+  return (key ?? lines.at(-1) ?? "unknown failure").replace(/^error:\s*/i, "").slice(0, 160);
+}
+
+/** Compiles one target; returns null on success or the reason it failed. */
+export async function compileTarget(target: string): Promise<string | null> {
+  const r = await deno([
+    "compile",
+    "-A",
+    "--quiet",
+    "--target",
+    target,
+    "-o",
+    join(DIST, binaryName(target)),
+    "main.ts",
+  ]);
+  return r.ok ? null : reasonOf(r.stderr);
+}
+
+if (import.meta.main) {
+  const { values } = parseArgs({
+    args: Deno.args,
+    options: {
+      "require-binaries": { type: "boolean", default: false },
+      "bundle-only": { type: "boolean", default: false },
+      target: { type: "string", multiple: true },
+      help: { type: "boolean", short: "h" },
+    },
+    strict: true,
+  });
+  if (values.help) {
+    console.log("Usage: deno task build [--require-binaries] [--bundle-only] [--target TRIPLE]…");
+    Deno.exit(0);
+  }
+  try {
+    const bundle = await buildBundle();
+    console.log(`build: wrote ${bundle} (forgekit ${VERSION})`);
+  } catch (err) {
+    console.error(`error: ${(err as Error).message}`);
+    Deno.exit(1);
+  }
+  if (values["bundle-only"]) Deno.exit(0);
+
+  const targets = values.target ?? [...TARGETS];
+  const failed: string[] = [];
+  let reason = "";
+  for (const target of targets) {
+    const why = await compileTarget(target);
+    if (why === null) console.log(`build: wrote dist/${binaryName(target)}`);
+    else {
+      failed.push(target);
+      reason ||= why;
+    }
+  }
+  if (failed.length > 0) {
+    const hint = Deno.env.get("DENORT_BIN")
+      ? "DENORT_BIN is set but did not serve these targets"
+      : "set DENORT_BIN to a denort binary for the host target";
+    const line = `build: no binaries for ${
+      failed.join(", ")
+    }: deno compile could not get the denort runtime (${reason}; ${hint}); the bundle dist/forgekit.js was written`;
+    if (values["require-binaries"]) {
+      console.error(`error: ${line.replace(/^build: /, "")}`);
+      Deno.exit(1);
+    }
+    console.log(line);
+  }
+}

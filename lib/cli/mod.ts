@@ -1,0 +1,10 @@
+/**
+ * Shared command-line plumbing: argument parsing, errors, colours, output.
+ *
+ * @module
+ */
+export * from "./args.ts";
+export * from "./color.ts";
+export type { Command } from "./command.ts";
+export * from "./errors.ts";
+export * from "./output.ts";

@@ -1,0 +1,64 @@
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { REPO_ROOT, runForgekit } from "./support/cli.ts";
+import denoJson from "../deno.json" with { type: "json" };
+
+Deno.test("build.ts writes a bundle that runs: --version and a real fetch", async () => {
+  const build = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", "build.ts", "--bundle-only"],
+    cwd: REPO_ROOT,
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  assert.ok(build.success, new TextDecoder().decode(build.stderr));
+  const bundle = join(REPO_ROOT, "dist", "forgekit.js");
+  assert.ok((await Deno.stat(bundle)).mode! & 0o100, "bundle is executable");
+
+  const v = await runForgekit(["--version"], { script: bundle });
+  assert.equal(v.stdout.trim(), `forgekit ${denoJson.version}`);
+
+  // As an executable script (shebang), too.
+  const direct = await new Deno.Command(bundle, { args: ["--version"], stdout: "piped" }).output();
+  assert.equal(new TextDecoder().decode(direct.stdout).trim(), `forgekit ${denoJson.version}`);
+
+  // One real command: fetch from a loopback server.
+  const ac = new AbortController();
+  const server = Deno.serve(
+    { hostname: "127.0.0.1", port: 0, signal: ac.signal, onListen() {} },
+    () => new Response("hello from loopback\n"),
+  );
+  try {
+    const r = await runForgekit(["fetch", `http://127.0.0.1:${server.addr.port}/x`], {
+      script: bundle,
+    });
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(r.stdout, "hello from loopback\n");
+  } finally {
+    ac.abort();
+    await server.finished;
+  }
+});
+
+Deno.test("build.ts without denort says so in one line and still exits 0", async () => {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", "build.ts", "--target", "aarch64-unknown-linux-gnu"],
+    cwd: REPO_ROOT,
+    env: { DENORT_BIN: "/nonexistent/denort" },
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const stdout = new TextDecoder().decode(out.stdout);
+  if (stdout.includes("wrote dist/forgekit-aarch64")) return; // binaries could be built here
+  assert.equal(out.code, 0);
+  assert.match(stdout, /^build: no binaries for aarch64-unknown-linux-gnu: .+denort/m);
+
+  const strict = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", "build.ts", "--require-binaries", "--target", "aarch64-unknown-linux-gnu"],
+    cwd: REPO_ROOT,
+    env: { DENORT_BIN: "/nonexistent/denort" },
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  assert.equal(strict.code, 1);
+  assert.match(new TextDecoder().decode(strict.stderr), /^error: no binaries for/m);
+});

@@ -1,0 +1,94 @@
+/**
+ * Runs the real forgekit program (main.ts) as a child process, the way a
+ * user does, and collects its exit code and output.
+ */
+import { fileURLToPath } from "node:url";
+
+/** Absolute path of the repository's main.ts. */
+export const MAIN_TS = fileURLToPath(new URL("../../main.ts", import.meta.url));
+/** Absolute path of the repository root. */
+export const REPO_ROOT = fileURLToPath(new URL("../../", import.meta.url));
+
+/** Options of {@linkcode runForgekit}. */
+export interface RunOptions {
+  /** Extra environment; merged over a clean one (HOME points at a temp dir unless given). */
+  env?: Record<string, string>;
+  /** Text written to stdin (stdin is closed afterwards). */
+  stdin?: string;
+  cwd?: string;
+  /** Run this script instead of main.ts (e.g. the built bundle). */
+  script?: string;
+  /** Kill the process after this many milliseconds (default 60 s). */
+  timeoutMs?: number;
+}
+
+/** What a finished forgekit run gave back. */
+export interface RunResult {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+let defaultHome: string | undefined;
+
+/** A HOME directory with no `.forgekit`, shared by runs that do not set one. */
+export function emptyHome(): string {
+  defaultHome ??= Deno.makeTempDirSync({ prefix: "forgekit-home-" });
+  return defaultHome;
+}
+
+/** The environment a test run starts from: PATH and a clean HOME only. */
+export function baseEnv(): Record<string, string> {
+  return {
+    PATH: Deno.env.get("PATH") ?? "/usr/bin:/bin",
+    HOME: emptyHome(),
+    NO_COLOR: "1",
+    DENO_NO_UPDATE_CHECK: "1",
+  };
+}
+
+/**
+ * Runs `forgekit ARGS…` and waits for it.
+ *
+ * @example
+ * ```ts
+ * const r = await runForgekit(["--version"]);
+ * assert.equal(r.code, 0);
+ * ```
+ */
+export async function runForgekit(args: string[], options: RunOptions = {}): Promise<RunResult> {
+  const child = spawnForgekit(args, options);
+  if (options.stdin !== undefined) {
+    const w = child.stdin.getWriter();
+    await w.write(new TextEncoder().encode(options.stdin));
+    await w.close();
+  }
+  const timer = setTimeout(() => {
+    try {
+      child.kill("SIGKILL");
+    } catch { /* already gone */ }
+  }, options.timeoutMs ?? 60_000);
+  try {
+    const out = await child.output();
+    return {
+      code: out.code,
+      stdout: new TextDecoder().decode(out.stdout),
+      stderr: new TextDecoder().decode(out.stderr),
+    };
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** Starts `forgekit ARGS…` and returns the child process (stdout/stderr piped). */
+export function spawnForgekit(args: string[], options: RunOptions = {}): Deno.ChildProcess {
+  return new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", "--quiet", options.script ?? MAIN_TS, ...args],
+    cwd: options.cwd,
+    env: { ...baseEnv(), ...options.env },
+    clearEnv: true,
+    stdin: options.stdin !== undefined ? "piped" : "null",
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+}
