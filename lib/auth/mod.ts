@@ -1,32 +1,33 @@
 /**
- * lib/auth: the credential file and the one fetch wrapper every outbound
- * request goes through.
+ * lib/auth: the credential file (`~/.forgekit/auth.json`) and the one fetch
+ * wrapper every outbound request of forgekit goes through.
+ *
+ * @example
+ * ```ts
+ * import { authFetch } from "./lib/auth/mod.ts";
+ * const res = await authFetch("https://api.github.com/user", {}, { verbose: console.error });
+ * ```
  *
  * @module
  */
 import type { Command } from "../cli/mod.ts";
+import { runAuth } from "./cmd_auth.ts";
+import { runFetch } from "./cmd_fetch.ts";
 
-/** Options of {@linkcode authFetch}. */
-export interface AuthFetchOptions {
-  /** Path of auth.json; default FORGEKIT_AUTH_FILE or ~/.forgekit/auth.json. */
-  authFile?: string;
-  /** Receives one line per attempt / redirect (tokens masked), for `-v`. */
-  verbose?: (line: string) => void;
-  /** A Deno HTTP client (custom CA or proxy); default Deno's, which honours HTTPS_PROXY and DENO_CERT. */
-  client?: Deno.HttpClient;
-}
-
-/**
- * Fetches a URL with the credentials auth.json assigns to its host.
- * (Placeholder until the lib/auth work lands: plain fetch, same signature.)
- */
-export function authFetch(
-  input: string | URL,
-  init?: RequestInit,
-  options: AuthFetchOptions = {},
-): Promise<Response> {
-  return fetch(input, { ...init, client: options.client } as RequestInit);
-}
+export { authFetch, type AuthFetchOptions, matchingEntries } from "./fetch.ts";
+export { type AuthConfig, type AuthEntry, parseAuthConfig } from "./config.ts";
+export { authFilePath, loadAuthConfig } from "./config_file.ts";
 
 /** The commands lib/auth adds to forgekit. */
-export const commands: Command[] = [];
+export const commands: Command[] = [
+  {
+    name: "fetch",
+    summary: "Make an HTTP request with the credentials auth.json assigns",
+    run: runFetch,
+  },
+  {
+    name: "auth",
+    summary: "Check, explain and initialise auth.json; git credential helper",
+    run: runAuth,
+  },
+];

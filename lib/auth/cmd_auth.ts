@@ -1,0 +1,302 @@
+/** `forgekit auth`: doctor, explain, init and git-credential. */
+import { dirname } from "node:path";
+import {
+  bold,
+  CliError,
+  dispatchSubcommand,
+  green,
+  parseCommandArgs,
+  printJson,
+  red,
+  usageError,
+  wantsHelp,
+  yellow,
+} from "../cli/mod.ts";
+import type { AuthEntry } from "./config.ts";
+import {
+  authFilePath,
+  displayPath,
+  loadAuthConfig,
+  readableByOthers,
+  setWarn,
+} from "./config_file.ts";
+import { matchingEntries } from "./fetch.ts";
+import { credentialEntries, gitUsername, parseCredentialInput } from "./git_credential.ts";
+import { resolveToken, staticToken, tokenSourceLabel } from "./token_source.ts";
+import { INIT_TEMPLATE } from "./init_template.ts";
+
+/** Help text of `forgekit auth`. */
+export const AUTH_HELP = `forgekit auth: inspect and use the credential file (~/.forgekit/auth.json)
+
+Usage: forgekit auth <command> [options]
+
+Commands:
+  doctor              Validate the file, its permissions, and whether each token resolves
+  explain URL         Show which entries would be tried for URL, in order (no network)
+  init                Write a starting file with mode 600 (never overwrites)
+  git-credential OP   A git credential helper (OP: get, store, erase)
+
+Options (every command):
+  --auth-file PATH    Use this file (default: $FORGEKIT_AUTH_FILE or ~/.forgekit/auth.json)
+  -h, --help          Show help
+
+Examples:
+  forgekit auth init
+  forgekit auth doctor
+  forgekit auth explain https://api.github.com/repos/o/r
+  git config --global credential.helper '!forgekit auth git-credential'`;
+
+const DOCTOR_HELP = `forgekit auth doctor: validate auth.json and check that its entries are usable
+
+Usage: forgekit auth doctor [--auth-file PATH] [--json]
+
+Checks the JSON and every rule of the format, the file's permissions, whether
+each entry's token resolves (tokens are shown masked), and whether the az CLI
+is on PATH for cloud-cli entries. Exit 0 when usable, 2 otherwise.`;
+
+const EXPLAIN_HELP =
+  `forgekit auth explain: show which entries a request to URL would try (no network)
+
+Usage: forgekit auth explain URL [--auth-file PATH] [--json]
+
+Example:
+  forgekit auth explain https://dev.azure.com/org/_apis/projects`;
+
+const INIT_HELP = `forgekit auth init: write a commented starting auth.json (mode 600)
+
+Usage: forgekit auth init [--auth-file PATH]
+
+Never overwrites an existing file. Keys starting with "//" are comments.`;
+
+const GIT_HELP = `forgekit auth git-credential: a git credential helper over auth.json
+
+Usage: forgekit auth git-credential get|store|erase
+
+Set it up with:
+  git config --global credential.helper '!forgekit auth git-credential'
+
+git writes protocol=, host= lines on stdin; for "get" forgekit answers
+username= and password= from the first entry for that host whose token
+resolves. On repohost's web host (bitbucket.org) it answers the user name
+x-token-auth with the access token of a repohost bearer entry. "store" and
+"erase" do nothing: auth.json stays the only source.`;
+
+async function doctor(args: string[]): Promise<number> {
+  if (wantsHelp(args)) return help(DOCTOR_HELP);
+  const { values } = parseCommandArgs("forgekit auth doctor", args, {
+    "auth-file": { type: "string" },
+    json: { type: "boolean" },
+  });
+  const path = authFilePath(values["auth-file"]);
+  const shown = displayPath(path);
+  const lines: string[] = [];
+  const warnings: string[] = [];
+  const prev = setWarn((w) => warnings.push(w.replace(/^warning: /, "")));
+  let config;
+  try {
+    config = await loadAuthConfig(path);
+  } finally {
+    setWarn(prev);
+  }
+  if (config === null) {
+    throw usageError(
+      `No auth file at ${shown}: every request is unauthenticated`,
+      "run: forgekit auth init",
+    );
+  }
+  const info = await Deno.stat(path);
+  if (readableByOthers(info) && !warnings.length) {
+    warnings.push(`${shown} is readable by other users (run: chmod 600 ${shown})`);
+  }
+  const report: {
+    index: number;
+    provider: string;
+    auth: string;
+    hosts: string[];
+    ok: boolean;
+    detail: string;
+  }[] = [];
+  const hasAz = await onPath("az");
+  for (const e of config.entries) {
+    let ok = true;
+    let detail: string;
+    if (e.auth === "cloud-cli") {
+      ok = hasAz;
+      detail = hasAz
+        ? "az CLI found on PATH"
+        : "az not found on PATH (install the Azure CLI and run: az login)";
+    } else if (e.auth === "cloud-ad") {
+      ok = !!Deno.env.get(e.client_secret_env!);
+      detail = ok
+        ? `secret $${e.client_secret_env} is set`
+        : `$${e.client_secret_env} is not set (entry is skipped)`;
+    } else {
+      const t = staticToken(e);
+      ok = t.token !== null;
+      detail = t.token !== null ? `token ${t.source}` : `${t.reason} (entry is skipped)`;
+    }
+    if (
+      e.provider === "repohost" && e.hosts.length > 0 && e.hosts.every((h) => h === "bitbucket.org")
+    ) {
+      warnings.push(
+        `providers[${e.index}] lists only bitbucket.org, whose web host accepts no API token (list api.bitbucket.org)`,
+      );
+    }
+    report.push({ index: e.index, provider: e.provider, auth: e.auth, hosts: e.hosts, ok, detail });
+  }
+  const usable = report.some((r) => r.ok) && !report.some((r) => r.auth === "cloud-cli" && !r.ok);
+  if (values.json) {
+    printJson({ file: path, valid: true, usable, warnings, entries: report });
+  } else {
+    lines.push(
+      `${bold(shown)}: valid, ${config.entries.length} ${
+        config.entries.length === 1 ? "entry" : "entries"
+      }`,
+    );
+    for (const r of report) {
+      const mark = r.ok ? green("ok  ") : red("skip");
+      lines.push(
+        `  ${mark} providers[${r.index}] ${r.provider} ${r.auth} ${
+          r.hosts.join(", ")
+        }: ${r.detail}`,
+      );
+    }
+    for (const w of warnings) lines.push(yellow(`warning: ${w}`));
+    lines.push(usable ? "usable" : "not usable: no entry resolves a token");
+    console.log(lines.join("\n"));
+  }
+  return usable ? 0 : 2;
+}
+
+async function onPath(cmd: string): Promise<boolean> {
+  for (const dir of (Deno.env.get("PATH") ?? "").split(":")) {
+    if (!dir) continue;
+    try {
+      const st = await Deno.stat(`${dir}/${cmd}`);
+      if (st.isFile && (st.mode ?? 0o111) & 0o111) return true;
+    } catch { /* next */ }
+  }
+  return false;
+}
+
+async function explain(args: string[]): Promise<number> {
+  if (wantsHelp(args)) return help(EXPLAIN_HELP);
+  const { values, positionals } = parseCommandArgs("forgekit auth explain", args, {
+    "auth-file": { type: "string" },
+    json: { type: "boolean" },
+  });
+  if (positionals.length !== 1) {
+    throw usageError("Expected one URL", "run: forgekit auth explain URL");
+  }
+  let url: URL;
+  try {
+    url = new URL(positionals[0]);
+  } catch (err) {
+    throw usageError(`Not a URL: ${positionals[0]}`, "e.g. https://api.github.com/user", err);
+  }
+  const config = await loadAuthConfig(values["auth-file"]);
+  const entries = matchingEntries(config, url.hostname);
+  const tries = entries.map((e) => {
+    const t = e.auth === "cloud-cli" || e.auth === "cloud-ad" ? null : staticToken(e);
+    const status = t === null
+      ? tokenSourceLabel(e)
+      : t.token !== null
+      ? t.source
+      : `skipped: ${t.reason}`;
+    return { entry: `providers[${e.index}]`, provider: e.provider, auth: e.auth, token: status };
+  });
+  if (values.json) {
+    printJson({
+      url: url.href,
+      file: config?.path ?? null,
+      attempts: tries,
+      then: "unauthenticated",
+    });
+    return 0;
+  }
+  if (config === null) {
+    console.log(
+      `no auth file (${displayPath(authFilePath(values["auth-file"]))}): unauthenticated`,
+    );
+  }
+  tries.forEach((t, i) => console.log(`${i + 1}. ${t.entry} ${t.provider} ${t.auth}: ${t.token}`));
+  console.log(
+    `${tries.length + 1}. unauthenticated (when every entry above answers 401/403${
+      tries.length ? "" : "; no entry matches"
+    })`,
+  );
+  return 0;
+}
+
+async function init(args: string[]): Promise<number> {
+  if (wantsHelp(args)) return help(INIT_HELP);
+  const { values } = parseCommandArgs("forgekit auth init", args, {
+    "auth-file": { type: "string" },
+  });
+  const path = authFilePath(values["auth-file"]);
+  await Deno.mkdir(dirname(path), { recursive: true, mode: 0o700 });
+  try {
+    const f = await Deno.open(path, { write: true, createNew: true, mode: 0o600 });
+    await f.write(new TextEncoder().encode(INIT_TEMPLATE));
+    f.close();
+  } catch (err) {
+    if (err instanceof Deno.errors.AlreadyExists) {
+      throw new CliError(`${displayPath(path)} already exists; not overwriting it`, {
+        hint: "edit it, or check it with: forgekit auth doctor",
+      });
+    }
+    throw new CliError(`Cannot write ${displayPath(path)}`, { cause: err });
+  }
+  await Deno.chmod(path, 0o600);
+  console.log(
+    `wrote ${displayPath(path)} (mode 600); set GH_TOKEN, then run: forgekit auth doctor`,
+  );
+  return 0;
+}
+
+async function gitCredential(args: string[]): Promise<number> {
+  if (wantsHelp(args)) return help(GIT_HELP);
+  const { values, positionals } = parseCommandArgs("forgekit auth git-credential", args, {
+    "auth-file": { type: "string" },
+  });
+  const op = positionals[0];
+  if (!["get", "store", "erase"].includes(op ?? "")) {
+    throw usageError(
+      `Unknown git-credential operation: ${op ?? "(none)"}`,
+      "use get, store or erase",
+    );
+  }
+  const input = parseCredentialInput(await new Response(Deno.stdin.readable).text());
+  if (op !== "get") return 0;
+  const host = input.get("host");
+  const protocol = input.get("protocol");
+  if (!host || (protocol !== "https" && protocol !== "http")) return 0;
+  const config = await loadAuthConfig(values["auth-file"]);
+  if (!config) return 0;
+  for (const e of credentialEntries(config, host)) {
+    const got = await resolveToken(e, (u, i) => fetch(u, i));
+    if (got.token === null) continue;
+    const user = gitUsername(e, host.replace(/:\d+$/, "").toLowerCase())!;
+    console.log(`username=${user}\npassword=${got.token}\n`);
+    return 0;
+  }
+  return 0;
+}
+
+function help(text: string): number {
+  console.log(text);
+  return 0;
+}
+
+/** Runs `forgekit auth …`. */
+export function runAuth(args: string[]): Promise<number> {
+  return dispatchSubcommand("forgekit auth", AUTH_HELP, args, {
+    doctor,
+    explain,
+    init,
+    "git-credential": gitCredential,
+  });
+}
+
+/** Entries shown by `explain`, exported for tests. */
+export type { AuthEntry };

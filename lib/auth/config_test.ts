@@ -1,0 +1,186 @@
+import assert from "node:assert/strict";
+import { CliError } from "../cli/mod.ts";
+import { formatError } from "../cli/errors.ts";
+import { parseAuthConfig } from "./config.ts";
+
+const GH = {
+  hosts: ["api.github.com"],
+  provider: "codehost",
+  auth: "bearer",
+  token_env: "GH_TOKEN",
+};
+
+function errorOf(doc: unknown): string {
+  const text = typeof doc === "string" ? doc : JSON.stringify(doc);
+  try {
+    parseAuthConfig(text, "/home/me/.forgekit/auth.json");
+  } catch (err) {
+    assert.ok(err instanceof CliError);
+    assert.equal(err.exitCode, 2);
+    return formatError(err).replace(/^error: /, "");
+  }
+  throw new Error(`accepted: ${text}`);
+}
+
+const entry = (over: Record<string, unknown>) => ({ providers: [GH, { ...GH, ...over }] });
+
+Deno.test("parseAuthConfig() names the place and the fix for every broken file", () => {
+  const cases: [unknown, string][] = [
+    ["{nope", "auth.json: not valid JSON: "],
+    [[], 'auth.json: must be a JSON object with a "providers" array'],
+    [{}, 'auth.json: has no "providers" array'],
+    [{ providers: {} }, 'auth.json: has no "providers" array'],
+    [{ providers: [], extra: 1 }, 'auth.json: unknown key "extra"'],
+    [
+      entry({ token_evn: "X" }),
+      'auth.json providers[1]: unknown key "token_evn" (did you mean "token_env"?)',
+    ],
+    [
+      entry({ provider: "gitlab" }),
+      'auth.json providers[1].provider: unknown provider "gitlab" (use codehost, cloud-devops or repohost (aliases: github, azure-devops, bitbucket))',
+    ],
+    [entry({ auth: "oauth" }), 'auth.json providers[1].auth: unknown auth scheme "oauth"'],
+    [
+      entry({ auth: "basic-pat" }),
+      'auth.json providers[1].auth: provider codehost does not support "basic-pat" (codehost supports: bearer)',
+    ],
+    [
+      entry({ provider: "repohost", auth: "cloud-cli", token_env: undefined }),
+      'auth.json providers[1].auth: provider repohost does not support "cloud-cli" (repohost supports: bearer, basic)',
+    ],
+    [
+      entry({ token_env: undefined }),
+      'auth.json providers[1]: bearer needs "token" or "token_env"',
+    ],
+    [
+      entry({ provider: "cloud-devops", auth: "basic-pat", token_env: undefined }),
+      'auth.json providers[1]: basic-pat needs "token" or "token_env"',
+    ],
+    [
+      entry({ provider: "repohost", auth: "basic" }),
+      'auth.json providers[1]: basic needs "username"',
+    ],
+    [
+      entry({ provider: "repohost", auth: "basic", username: "a:b" }),
+      'auth.json providers[1].username: "a:b" contains ":"',
+    ],
+    [
+      entry({
+        provider: "cloud-devops",
+        auth: "cloud-ad",
+        token_env: undefined,
+        client_id: "c",
+        client_secret_env: "S",
+      }),
+      'auth.json providers[1]: cloud-ad needs "tenant_id"',
+    ],
+    [
+      entry({
+        provider: "cloud-devops",
+        auth: "cloud-ad",
+        token_env: undefined,
+        tenant_id: "t",
+        client_secret_env: "S",
+      }),
+      'auth.json providers[1]: cloud-ad needs "client_id"',
+    ],
+    [
+      entry({
+        provider: "cloud-devops",
+        auth: "cloud-ad",
+        token_env: undefined,
+        tenant_id: "t",
+        client_id: "c",
+      }),
+      'auth.json providers[1]: cloud-ad needs "client_secret_env"',
+    ],
+    [
+      entry({ hosts: ["*example.com"] }),
+      'auth.json providers[1].hosts[0]: "*example.com" is not a supported pattern (use an exact host or "*.example.com")',
+    ],
+    [entry({ hosts: ["*"] }), 'auth.json providers[1].hosts[0]: "*" is not a supported pattern'],
+    [
+      entry({ hosts: ["gith?b.com"] }),
+      'auth.json providers[1].hosts[0]: "gith?b.com" is not a supported pattern',
+    ],
+    [
+      entry({ hosts: ["https://github.com"] }),
+      'auth.json providers[1].hosts[0]: "https://github.com" is not a supported pattern: it has a scheme',
+    ],
+    [
+      entry({ hosts: ["github.com/org"] }),
+      'auth.json providers[1].hosts[0]: "github.com/org" is not a supported pattern: it has a path',
+    ],
+    [
+      entry({ hosts: ["github.com:443"] }),
+      'auth.json providers[1].hosts[0]: "github.com:443" is not a supported pattern: it has a port',
+    ],
+    [
+      entry({ hosts: [" github.com"] }),
+      'auth.json providers[1].hosts[0]: " github.com" is not a supported pattern: it contains whitespace',
+    ],
+    [
+      entry({ hosts: ["*.com"] }),
+      'auth.json providers[1].hosts[0]: "*.com" is not a supported pattern: it matches a whole top-level domain',
+    ],
+    [entry({ hosts: [] }), "auth.json providers[1].hosts: must be a non-empty array of host names"],
+    [entry({ token: 42 }), "auth.json providers[1].token: must be a string (got: 42)"],
+    [
+      entry({ token_env: "not a var" }),
+      'auth.json providers[1].token_env: "not a var" is not an environment variable name',
+    ],
+    [{ providers: ["x"] }, "auth.json providers[0]: must be an object"],
+  ];
+  for (const [doc, want] of cases) {
+    const got = errorOf(doc);
+    assert.ok(got.startsWith(want), `\n got: ${got}\nwant: ${want}`);
+  }
+});
+
+Deno.test("parseAuthConfig() accepts the specification's example, aliases and comments", () => {
+  const cfg = parseAuthConfig(
+    JSON.stringify({
+      "//": "comment",
+      providers: [
+        {
+          hosts: ["GitHub.com.", "api.github.com"],
+          provider: "github",
+          auth: "bearer",
+          token_env: "GH_TOKEN",
+        },
+        {
+          hosts: ["dev.azure.com", "*.visualstudio.com"],
+          provider: "azure-devops",
+          auth: "basic-pat",
+          token_env: "ADO_PAT",
+        },
+        {
+          hosts: ["dev.azure.com"],
+          provider: "cloud-devops",
+          auth: "azure-ad",
+          tenant_id: "t",
+          client_id: "c",
+          client_secret_env: "ADO_CLIENT_SECRET",
+          authority_host: "login.microsoftonline.us",
+        },
+        { hosts: ["dev.azure.com"], provider: "cloud-devops", auth: "azure-cli" },
+        {
+          hosts: ["api.bitbucket.org"],
+          provider: "bitbucket",
+          auth: "basic",
+          username: "me@example.com",
+          token_env: "BB_API_TOKEN",
+        },
+      ],
+    }),
+    "auth.json",
+  );
+  assert.deepEqual(cfg.entries.map((e) => [e.provider, e.auth]), [
+    ["codehost", "bearer"],
+    ["cloud-devops", "basic-pat"],
+    ["cloud-devops", "cloud-ad"],
+    ["cloud-devops", "cloud-cli"],
+    ["repohost", "basic"],
+  ]);
+  assert.deepEqual(cfg.entries[0].hosts, ["github.com", "api.github.com"]);
+});

@@ -1,0 +1,164 @@
+/**
+ * Release downloads on codehost hosts: `https://HOST/OWNER/REPO/releases/download/TAG/NAME`
+ * (and `…/releases/latest/download/NAME`) are resolved through the REST API
+ * so that private assets download with the configured token. Decisions are
+ * pure; the download itself takes a fetch function.
+ */
+import { CliError } from "../cli/mod.ts";
+import type { AuthEntry } from "./config.ts";
+import { matchAnyHost } from "./host_pattern.ts";
+
+/** A release download URL, taken apart. */
+export interface ReleaseRef {
+  owner: string;
+  repo: string;
+  /** The tag; null for `releases/latest`. */
+  tag: string | null;
+  name: string;
+}
+
+/** Where a host's release metadata lives. */
+export interface ReleaseApi {
+  kind: "github" | "data-residency" | "enterprise";
+  /** API base URL without trailing slash, e.g. `https://ghe.corp.example/api/v3`. */
+  base: string;
+}
+
+/** Parses a release download URL; null when the URL is not one. */
+export function parseReleaseDownload(url: URL): ReleaseRef | null {
+  const parts = url.pathname.split("/").slice(1).map((p) => {
+    try {
+      return decodeURIComponent(p);
+    } catch {
+      return p;
+    }
+  });
+  if (parts.length === 6 && parts[2] === "releases" && parts[3] === "download") {
+    if ([parts[0], parts[1], parts[4], parts[5]].some((p) => p === "")) return null;
+    return { owner: parts[0], repo: parts[1], tag: parts[4], name: parts[5] };
+  }
+  if (
+    parts.length === 6 && parts[2] === "releases" && parts[3] === "latest" &&
+    parts[4] === "download" && parts[0] && parts[1] && parts[5]
+  ) {
+    return { owner: parts[0], repo: parts[1], tag: null, name: parts[5] };
+  }
+  return null;
+}
+
+const TENANT = /^([a-z0-9][a-z0-9-]*)\.ghe\.com$/;
+
+/** Whether a host is one of github.com's own hosts. */
+export function isGithubDotComHost(host: string): boolean {
+  return host === "github.com" || host.endsWith(".github.com") ||
+    host.endsWith(".githubusercontent.com") || host === "githubusercontent.com";
+}
+
+/**
+ * The API a release URL on `host` resolves through, or null when forgekit
+ * leaves the URL alone (no codehost entry lists the host).
+ */
+export function releaseApiFor(host: string, entries: readonly AuthEntry[]): ReleaseApi | null {
+  const listed = entries.some((e) => e.provider === "codehost" && matchAnyHost(e.hosts, host));
+  if (!listed) return null;
+  if (host === "github.com") return { kind: "github", base: "https://api.github.com" };
+  if (isGithubDotComHost(host)) return null;
+  const tenant = TENANT.exec(host);
+  if (tenant) return { kind: "data-residency", base: `https://api.${host}` };
+  if (host.endsWith(".ghe.com")) return null;
+  return { kind: "enterprise", base: `https://${host}/api/v3` };
+}
+
+/** The metadata URL of a release. */
+export function releaseMetadataUrl(api: ReleaseApi, ref: ReleaseRef): string {
+  const repo = `${encodeURIComponent(ref.owner)}/${encodeURIComponent(ref.repo)}`;
+  return ref.tag === null
+    ? `${api.base}/repos/${repo}/releases/latest`
+    : `${api.base}/repos/${repo}/releases/tags/${encodeURIComponent(ref.tag)}`;
+}
+
+/**
+ * Why an asset's API URL must not be downloaded, or null when it is the
+ * exact `/repos/OWNER/REPO/releases/assets/<digits>` endpoint of the same
+ * API and repository.
+ */
+export function assetUrlProblem(api: ReleaseApi, ref: ReleaseRef, assetUrl: string): string | null {
+  let u: URL;
+  try {
+    u = new URL(assetUrl);
+  } catch {
+    return `asset URL "${assetUrl}" is not a URL`;
+  }
+  const base = new URL(api.base);
+  if (u.protocol !== "https:" || u.host !== base.host) {
+    return `asset URL ${assetUrl} is not on ${base.host}`;
+  }
+  const prefix = base.pathname.replace(/\/$/, "");
+  if (!u.pathname.startsWith(`${prefix}/repos/`) || u.search || u.hash) {
+    return `asset URL ${assetUrl} is not a ${prefix}/repos/OWNER/REPO/releases/assets/<id> endpoint`;
+  }
+  const rest = u.pathname.slice(prefix.length).split("/").slice(1);
+  if (rest.length !== 6 || rest[3] !== "releases" || rest[4] !== "assets") {
+    return `asset URL ${assetUrl} is not a ${prefix}/repos/OWNER/REPO/releases/assets/<id> endpoint`;
+  }
+  if (
+    rest[1].toLowerCase() !== ref.owner.toLowerCase() ||
+    rest[2].toLowerCase() !== ref.repo.toLowerCase()
+  ) {
+    return `asset URL ${assetUrl} belongs to ${rest[1]}/${rest[2]}, not ${ref.owner}/${ref.repo}`;
+  }
+  if (!/^\d+$/.test(rest[5])) return `asset URL ${assetUrl} does not end in a numeric asset id`;
+  return null;
+}
+
+type Fetcher = (url: string, init: RequestInit) => Promise<Response>;
+
+/**
+ * Resolves a release download through the API and downloads the asset with
+ * `Accept: application/octet-stream`.
+ */
+export async function fetchReleaseAsset(
+  url: URL,
+  api: ReleaseApi,
+  ref: ReleaseRef,
+  doFetch: Fetcher,
+  verbose?: (line: string) => void,
+): Promise<Response> {
+  const metaUrl = releaseMetadataUrl(api, ref);
+  verbose?.(
+    `* release download: resolving ${ref.owner}/${ref.repo} ${ref.tag ?? "latest"} via ${metaUrl}`,
+  );
+  const meta = await doFetch(metaUrl, {
+    headers: { accept: "application/vnd.github+json", "x-github-api-version": "2022-11-28" },
+  });
+  if (!meta.ok) {
+    await meta.body?.cancel();
+    throw new CliError(
+      `Cannot resolve release download ${url.href}: GET ${metaUrl} returned ${meta.status} ${meta.statusText}`,
+      { hint: "check the tag, and that the token can read the repository" },
+    );
+  }
+  let release: { assets?: { name?: string; url?: string }[] };
+  try {
+    release = await meta.json();
+  } catch (err) {
+    throw new CliError(`Cannot resolve release download ${url.href}: ${metaUrl} returned no JSON`, {
+      cause: err,
+    });
+  }
+  const asset = release.assets?.find((a) => a.name === ref.name);
+  if (!asset || typeof asset.url !== "string") {
+    throw new CliError(
+      `Release ${ref.tag ?? "latest"} of ${ref.owner}/${ref.repo} has no asset named ${ref.name}`,
+      { hint: `list the assets: forgekit fetch ${metaUrl}` },
+    );
+  }
+  const problem = assetUrlProblem(api, ref, asset.url);
+  if (problem) {
+    throw new CliError(`Refusing release download ${url.href}: ${problem}`, {
+      hint: "the API must return the exact asset endpoint of the same repository",
+    });
+  }
+  verbose?.(`* release download: asset ${asset.url}`);
+  return await doFetch(asset.url, { headers: { accept: "application/octet-stream" } });
+}

@@ -1,0 +1,189 @@
+/**
+ * Resolving an entry's token: inline, from an environment variable, from the
+ * cloud vendor's CLI (`az`), or by the OAuth 2.0 client-credentials flow.
+ * Acquired tokens are cached until shortly before they expire, and callers
+ * asking at the same time share one request.
+ */
+import { CliError, maskSecret } from "../cli/mod.ts";
+import type { AuthEntry } from "./config.ts";
+
+/** The resource id of the cloud-devops service in the vendor's directory. */
+export const CLOUD_DEVOPS_RESOURCE = "499b84ac-1321-427f-aa17-267ca6975798";
+/** Default login host of the directory (sovereign clouds set authority_host). */
+export const DEFAULT_AUTHORITY = "login.microsoftonline.com";
+/** A cached token is renewed this long before it expires. */
+const EXPIRY_MARGIN_MS = 5 * 60_000;
+
+/** A resolved token, or why the entry is skipped. */
+export type TokenResult =
+  | { token: string; source: string }
+  | { token: null; reason: string };
+
+/** How an entry's token would be found, for messages; never the token itself. */
+export function tokenSourceLabel(entry: AuthEntry): string {
+  switch (entry.auth) {
+    case "cloud-cli":
+      return "az CLI (az account get-access-token)";
+    case "cloud-ad":
+      return `client credentials ${entry.client_id} @ ${
+        entry.authority_host ?? DEFAULT_AUTHORITY
+      }/${entry.tenant_id}, secret $${entry.client_secret_env}`;
+    default:
+      return entry.token_env ? `$${entry.token_env}` : "inline token";
+  }
+}
+
+/** Resolves a static (inline / env) token without any I/O beyond the environment. */
+export function staticToken(entry: AuthEntry): TokenResult {
+  if (entry.token_env) {
+    const v = Deno.env.get(entry.token_env);
+    if (v) return { token: v, source: `$${entry.token_env} ${maskSecret(v)}` };
+    if (!entry.token) return { token: null, reason: `$${entry.token_env} is not set` };
+  }
+  if (entry.token) return { token: entry.token, source: `inline token ${maskSecret(entry.token)}` };
+  return { token: null, reason: "no token" };
+}
+
+interface Cached {
+  token: string;
+  expiresAt: number;
+}
+
+const tokenCache = new Map<string, Cached>();
+const inflight = new Map<string, Promise<Cached>>();
+
+async function cachedToken(key: string, acquire: () => Promise<Cached>): Promise<string> {
+  const hit = tokenCache.get(key);
+  if (hit && hit.expiresAt - EXPIRY_MARGIN_MS > Date.now()) return hit.token;
+  let pending = inflight.get(key);
+  if (!pending) {
+    pending = acquire().finally(() => inflight.delete(key));
+    inflight.set(key, pending);
+  }
+  const got = await pending;
+  tokenCache.set(key, got);
+  return got.token;
+}
+
+/** Forgets acquired tokens (tests). */
+export function clearTokenCache(): void {
+  tokenCache.clear();
+}
+
+/** Counts `az` runs and token requests, for tests and `-v`. */
+export const acquisitions = { cli: 0, ad: 0 };
+
+async function azToken(): Promise<Cached> {
+  acquisitions.cli++;
+  const args = [
+    "account",
+    "get-access-token",
+    "--resource",
+    CLOUD_DEVOPS_RESOURCE,
+    "--output",
+    "json",
+  ];
+  let out: Deno.CommandOutput;
+  try {
+    out = await new Deno.Command("az", { args, stdout: "piped", stderr: "piped", stdin: "null" })
+      .output();
+  } catch (err) {
+    if (err instanceof Deno.errors.NotFound) {
+      throw new CliError("cloud-cli: the az command was not found on PATH", {
+        hint: "install the Azure CLI and run: az login",
+        cause: err,
+      });
+    }
+    throw new CliError("cloud-cli: cannot run az", { cause: err });
+  }
+  if (!out.success) {
+    const detail = new TextDecoder().decode(out.stderr).trim().split("\n").at(-1) ?? "";
+    throw new CliError(`cloud-cli: az account get-access-token failed: ${detail}`, {
+      hint: "run: az login",
+    });
+  }
+  let parsed: { accessToken?: string; expires_on?: number | string; expiresOn?: string };
+  try {
+    parsed = JSON.parse(new TextDecoder().decode(out.stdout));
+  } catch (err) {
+    throw new CliError("cloud-cli: az printed no JSON", { hint: "run: az login", cause: err });
+  }
+  if (!parsed.accessToken) {
+    throw new CliError("cloud-cli: az printed no accessToken", { hint: "run: az login" });
+  }
+  let expiresAt = Date.now() + 30 * 60_000;
+  if (parsed.expires_on !== undefined) expiresAt = Number(parsed.expires_on) * 1000;
+  else if (parsed.expiresOn) {
+    const t = Date.parse(parsed.expiresOn.replace(" ", "T"));
+    if (!Number.isNaN(t)) expiresAt = t;
+  }
+  return { token: parsed.accessToken, expiresAt };
+}
+
+async function adToken(
+  entry: AuthEntry,
+  secret: string,
+  doFetch: (url: string, init: RequestInit) => Promise<Response>,
+): Promise<Cached> {
+  acquisitions.ad++;
+  const authority = entry.authority_host ?? DEFAULT_AUTHORITY;
+  const url = `https://${authority}/${encodeURIComponent(entry.tenant_id!)}/oauth2/v2.0/token`;
+  const body = new URLSearchParams({
+    grant_type: "client_credentials",
+    client_id: entry.client_id!,
+    client_secret: secret,
+    scope: `${CLOUD_DEVOPS_RESOURCE}/.default`,
+  });
+  let res: Response;
+  try {
+    res = await doFetch(url, {
+      method: "POST",
+      headers: { "content-type": "application/x-www-form-urlencoded", accept: "application/json" },
+      body,
+    });
+  } catch (err) {
+    throw new CliError(`cloud-ad: token request to ${authority} failed`, {
+      hint: "check the network and authority_host",
+      cause: err,
+    });
+  }
+  const text = await res.text();
+  let json: Record<string, unknown> = {};
+  try {
+    json = JSON.parse(text);
+  } catch { /* reported below */ }
+  if (!res.ok || typeof json.access_token !== "string") {
+    const desc = String(json.error_description ?? json.error ?? `${res.status} ${res.statusText}`)
+      .split(/\r?\n/)[0].replaceAll(secret, maskSecret(secret));
+    throw new CliError(
+      `cloud-ad: the token request for client ${entry.client_id} was rejected: ${desc}`,
+      { hint: `check tenant_id, client_id and the secret in $${entry.client_secret_env}` },
+    );
+  }
+  const expiresIn = Number(json.expires_in ?? 3600);
+  return { token: json.access_token, expiresAt: Date.now() + expiresIn * 1000 };
+}
+
+/**
+ * Resolves the token of any entry. Tokens the entry cannot resolve (an unset
+ * variable) skip it; a failing `az` or a rejected secret is an error.
+ */
+export async function resolveToken(
+  entry: AuthEntry,
+  doFetch: (url: string, init: RequestInit) => Promise<Response>,
+): Promise<TokenResult> {
+  if (entry.auth === "cloud-cli") {
+    const token = await cachedToken("cli", azToken);
+    return { token, source: `az CLI ${maskSecret(token)}` };
+  }
+  if (entry.auth === "cloud-ad") {
+    const secret = Deno.env.get(entry.client_secret_env!);
+    if (!secret) return { token: null, reason: `$${entry.client_secret_env} is not set` };
+    const key = `ad|${
+      entry.authority_host ?? DEFAULT_AUTHORITY
+    }|${entry.tenant_id}|${entry.client_id}`;
+    const token = await cachedToken(key, () => adToken(entry, secret, doFetch));
+    return { token, source: `client credentials ${maskSecret(token)}` };
+  }
+  return staticToken(entry);
+}
