@@ -1,0 +1,264 @@
+/**
+ * URL patterns for `--allow-urls`: validation, path normalisation and
+ * matching. Pure: no I/O.
+ *
+ * @module
+ */
+import { usageError } from "../cli/mod.ts";
+
+/** A validated `--allow-urls` pattern. */
+export interface UrlPattern {
+  /** The pattern as the user wrote it. */
+  source: string;
+  /** Lower-case host: exact (`github.com`) or a leading wildcard (`*.github.com`). */
+  host: string;
+  /** The port requests must use (443 unless written). */
+  port: number;
+  /** Normalised path segments; `*` globs within a segment, a last `**` matches the rest. */
+  segments: string[];
+  /** The query glob, or null when the pattern has no `?` (the query is then ignored). */
+  query: string | null;
+}
+
+/** What a request is matched on. `path` is the raw path the client sent. */
+export interface UrlRequest {
+  host: string;
+  port: number;
+  path: string;
+  /** The raw query without `?`, or "" when there is none. */
+  query: string;
+}
+
+/** The outcome of {@linkcode decideUrl}. */
+export interface UrlDecision {
+  allowed: boolean;
+  /** Log rule: `url-pattern:<source>`, `url-policy:no-match`, `url-policy:unsafe-path`, `url-policy:no-pattern-for-host`. */
+  rule: string;
+  /** The pattern that allowed the request. */
+  pattern?: UrlPattern;
+  /** The patterns naming this host (for block messages). */
+  hostPatterns: UrlPattern[];
+  /** The normalised path, or null when it could not be normalised safely. */
+  normalisedPath: string | null;
+}
+
+const EXAMPLE = "e.g. https://github.com/myorg/*";
+const UNRESERVED = /^[A-Za-z0-9\-._~]$/;
+const HOST_CHARS = /^(\*\.)?[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$/;
+
+/**
+ * Normalises a raw request path: percent-encoded unreserved characters are
+ * decoded, other escapes are upper-cased and kept (so `%2F` never becomes a
+ * separator), then dot segments are resolved. Returns null when the path
+ * cannot be normalised safely: invalid escapes, NUL, control characters,
+ * backslashes (raw or encoded), or `..` above the root.
+ *
+ * @example
+ * ```ts
+ * normalisePath("/a/%2e%2e/b"); // "/b"
+ * normalisePath("/a%2fb"); // "/a%2Fb"
+ * normalisePath("/a/%00"); // null
+ * ```
+ */
+export function normalisePath(raw: string): string | null {
+  if (!raw.startsWith("/")) return null;
+  const out: string[] = [];
+  const parts = raw.slice(1).split("/");
+  for (let i = 0; i < parts.length; i++) {
+    const seg = decodeSegment(parts[i]);
+    if (seg === null) return null;
+    const last = i === parts.length - 1;
+    if (seg === ".") {
+      if (last) out.push("");
+    } else if (seg === "..") {
+      if (out.length === 0) return null;
+      out.pop();
+      if (last) out.push("");
+    } else {
+      out.push(seg);
+    }
+  }
+  return "/" + out.join("/");
+}
+
+function decodeSegment(seg: string): string | null {
+  let out = "";
+  for (let i = 0; i < seg.length; i++) {
+    const c = seg[i];
+    const code = c.charCodeAt(0);
+    if (code < 0x21 || code === 0x7f || c === "\\") return null;
+    if (c !== "%") {
+      out += c;
+      continue;
+    }
+    const hex = seg.slice(i + 1, i + 3);
+    if (!/^[0-9A-Fa-f]{2}$/.test(hex)) return null;
+    const byte = parseInt(hex, 16);
+    if (byte < 0x20 || byte === 0x7f || byte === 0x5c) return null;
+    const ch = String.fromCharCode(byte);
+    out += UNRESERVED.test(ch) ? ch : `%${hex.toUpperCase()}`;
+    i += 2;
+  }
+  return out;
+}
+
+/**
+ * Parses and validates one pattern; throws a usage error (exit 2) that says
+ * why and shows a good example.
+ */
+export function parseUrlPattern(text: string): UrlPattern {
+  // deno-lint-ignore no-control-regex
+  if (/[\s"'`\x00-\x1f\x7f]/.test(text)) {
+    throw usageError(
+      `URL pattern contains whitespace, quotes or control characters (got: ${
+        JSON.stringify(text)
+      })`,
+      `write plain patterns separated by commas, ${EXAMPLE}`,
+    );
+  }
+  if (text === "") {
+    throw usageError('URL pattern is empty (got: "")', `write ${EXAMPLE}`);
+  }
+  if (!/^https:\/\//i.test(text)) {
+    throw usageError(
+      `URL patterns must start with https:// (got: ${text}); use --allow-domains for domain-level filtering`,
+    );
+  }
+  const rest = text.slice("https://".length);
+  const slash = rest.search(/[/?]/);
+  const authority = slash < 0 ? rest : rest.slice(0, slash);
+  const pathAndQuery = slash < 0 ? "" : rest.slice(slash);
+  if (/[@#\[\]]/.test(authority) || pathAndQuery.includes("#")) {
+    throw usageError(
+      `URL pattern must be https://HOST[:PORT]/PATH without user, fragment or IPv6 literal (got: ${text})`,
+      `write ${EXAMPLE}`,
+    );
+  }
+  const portMatch = /^(.*?)(?::(\d*))?$/.exec(authority)!;
+  const host = portMatch[1].toLowerCase();
+  let port = 443;
+  if (portMatch[2] !== undefined) {
+    port = Number(portMatch[2]);
+    if (!/^\d{1,5}$/.test(portMatch[2]) || port < 1 || port > 65535) {
+      throw usageError(`URL pattern port is invalid (got: ${text})`, "use a port from 1 to 65535");
+    }
+  }
+  if (host === "" || host === "*" || host.startsWith("*.*") || host === "**") {
+    throw usageError(
+      `URL pattern is too broad: its host is a bare wildcard (got: ${text})`,
+      `name a host, ${EXAMPLE}`,
+    );
+  }
+  if (!HOST_CHARS.test(host)) {
+    throw usageError(
+      `URL pattern host is invalid (got: ${text})`,
+      `use a DNS name, optionally with a leading *., ${EXAMPLE}`,
+    );
+  }
+  const labels = host.replace(/^\*\./, "").split(".");
+  if (labels.length < 2 && host !== "localhost") {
+    throw usageError(
+      `URL pattern is too broad: its host is a whole top-level domain (got: ${text})`,
+      `name a host, ${EXAMPLE}`,
+    );
+  }
+  if (pathAndQuery === "" || pathAndQuery.startsWith("?")) {
+    throw usageError(
+      `URL pattern has no path (got: ${text})`,
+      `add one, e.g. https://${authority}/myorg/*; use --allow-domains for a whole domain`,
+    );
+  }
+  const q = pathAndQuery.indexOf("?");
+  const rawPath = q < 0 ? pathAndQuery : pathAndQuery.slice(0, q);
+  const query = q < 0 ? null : pathAndQuery.slice(q + 1);
+  const path = normalisePath(rawPath);
+  if (path === null || path !== rawPath.replace(/%[0-9a-f]{2}/g, (m) => m.toUpperCase())) {
+    throw usageError(
+      `URL pattern path is not in normal form (got: ${text})`,
+      `write it without dot segments, backslashes or invalid escapes, ${EXAMPLE}`,
+    );
+  }
+  const segments = path.slice(1).split("/");
+  if (segments.slice(0, -1).some((s) => s.includes("**")) || /\*\*./.test(segments.at(-1)!)) {
+    throw usageError(
+      `URL pattern uses ** other than as its whole last segment (got: ${text})`,
+      "write e.g. https://github.com/myorg/** for everything below /myorg",
+    );
+  }
+  return { source: text, host, port, segments, query };
+}
+
+/**
+ * Parses every `--allow-urls` entry; throws a usage error for the first bad one.
+ *
+ * @example
+ * ```ts
+ * const patterns = parseUrlPatterns(["https://github.com/myorg/*"]);
+ * ```
+ */
+export function parseUrlPatterns(list: string[]): UrlPattern[] {
+  return list.map(parseUrlPattern);
+}
+
+/** Whether a pattern host (`x.com` or `*.x.com`) names `host` (case-insensitive). */
+export function hostMatches(patternHost: string, host: string): boolean {
+  const h = host.toLowerCase().replace(/\.$/, "");
+  if (patternHost.startsWith("*.")) return h.endsWith(patternHost.slice(1));
+  return h === patternHost;
+}
+
+function glob(pattern: string, value: string): boolean {
+  if (!pattern.includes("*")) return pattern === value;
+  const re = new RegExp(
+    "^" + pattern.split("*").map((p) => p.replace(/[.+?^${}()|[\]\\]/g, "\\$&")).join(".*") + "$",
+    "s",
+  );
+  return re.test(value);
+}
+
+function pathMatches(segments: string[], path: string): boolean {
+  const got = path.slice(1).split("/");
+  if (segments.at(-1) === "**") {
+    const head = segments.slice(0, -1);
+    if (got.length < head.length) return false;
+    return head.every((s, i) => glob(s, got[i]));
+  }
+  return got.length === segments.length && segments.every((s, i) => glob(s, got[i]));
+}
+
+/**
+ * Decides one request on a bumped host: allowed when no pattern names the
+ * host and port, or when one of the patterns naming them matches the
+ * normalised path (and query, when the pattern has one). A path that cannot
+ * be normalised safely is blocked whenever patterns name the host.
+ *
+ * @example
+ * ```ts
+ * const d = decideUrl(parseUrlPatterns(["https://x.com/a/*"]), {
+ *   host: "x.com", port: 443, path: "/a/../b", query: "",
+ * });
+ * d.allowed; // false
+ * ```
+ */
+export function decideUrl(patterns: UrlPattern[], req: UrlRequest): UrlDecision {
+  const hostPatterns = patterns.filter((p) => p.port === req.port && hostMatches(p.host, req.host));
+  const normalisedPath = normalisePath(req.path);
+  if (hostPatterns.length === 0) {
+    return { allowed: true, rule: "url-policy:no-pattern-for-host", hostPatterns, normalisedPath };
+  }
+  if (normalisedPath === null) {
+    return { allowed: false, rule: "url-policy:unsafe-path", hostPatterns, normalisedPath };
+  }
+  for (const p of hostPatterns) {
+    if (!pathMatches(p.segments, normalisedPath)) continue;
+    if (p.query !== null && !glob(p.query, req.query)) continue;
+    return {
+      allowed: true,
+      rule: `url-pattern:${p.source}`,
+      pattern: p,
+      hostPatterns,
+      normalisedPath,
+    };
+  }
+  return { allowed: false, rule: "url-policy:no-match", hostPatterns, normalisedPath };
+}
