@@ -179,7 +179,7 @@ export function parseUrlPattern(text: string): UrlPattern {
     );
   }
   const segments = path.slice(1).split("/");
-  if (segments.slice(0, -1).some((s) => s.includes("**")) || /\*\*./.test(segments.at(-1)!)) {
+  if (segments.some((s, i) => s.includes("**") && (s !== "**" || i !== segments.length - 1))) {
     throw usageError(
       `URL pattern uses ** other than as its whole last segment (got: ${text})`,
       "write e.g. https://github.com/myorg/** for everything below /myorg",
