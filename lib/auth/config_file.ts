@@ -26,12 +26,16 @@ export function displayPath(path: string): string {
 }
 
 interface CacheSlot {
+  /** When the file was last stat'ed (performance.now()). */
+  checkedAt: number;
   mtime: number;
   size: number;
   config: AuthConfig;
 }
 
 const cache = new Map<string, CacheSlot>();
+/** How long a loaded file is trusted before it is stat'ed again. */
+const RECHECK_MS = 500;
 const warned = new Set<string>();
 
 /** Where warnings go; tests and commands may replace it. */
@@ -50,9 +54,12 @@ export function setWarn(fn: (line: string) => void): (line: string) => void {
  */
 export async function loadAuthConfig(explicit?: string): Promise<AuthConfig | null> {
   const path = authFilePath(explicit);
+  const recent = cache.get(path);
+  // A burst of requests stats the file once per interval, not once per request.
+  if (recent && performance.now() - recent.checkedAt < RECHECK_MS) return recent.config;
   let info: Deno.FileInfo;
   try {
-    info = await Deno.stat(path);
+    info = Deno.statSync(path); // sync: an async stat costs a thread-pool round trip per request
   } catch (err) {
     if (err instanceof Deno.errors.NotFound) {
       if (explicit) {
@@ -68,7 +75,10 @@ export async function loadAuthConfig(explicit?: string): Promise<AuthConfig | nu
   }
   const mtime = info.mtime?.getTime() ?? 0;
   const slot = cache.get(path);
-  if (slot && slot.mtime === mtime && slot.size === info.size) return slot.config;
+  if (slot && slot.mtime === mtime && slot.size === info.size) {
+    slot.checkedAt = performance.now();
+    return slot.config;
+  }
 
   checkPermissions(path, info);
   let text: string;
@@ -82,7 +92,7 @@ export async function loadAuthConfig(explicit?: string): Promise<AuthConfig | nu
     });
   }
   const config = parseAuthConfig(text, path, basename(path));
-  cache.set(path, { mtime, size: info.size, config });
+  cache.set(path, { checkedAt: performance.now(), mtime, size: info.size, config });
   return config;
 }
 

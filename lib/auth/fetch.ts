@@ -37,12 +37,22 @@ const REPOHOST_WEB = "bitbucket.org";
 /** Entries whose hosts match, in file order. */
 export function matchingEntries(config: AuthConfig | null, host: string): AuthEntry[] {
   if (!config) return [];
-  const h = normalizeHost(host);
-  if (h === null) return [];
-  return config.entries.filter((e) =>
-    matchAnyHost(e.hosts, h) && !(e.provider === "repohost" && h === REPOHOST_WEB)
-  );
+  let byHost = matchCache.get(config);
+  if (!byHost) matchCache.set(config, byHost = new Map());
+  let found = byHost.get(host);
+  if (found === undefined) {
+    const h = normalizeHost(host);
+    found = h === null
+      ? []
+      : config.entries.filter((e) =>
+        matchAnyHost(e.hosts, h) && !(e.provider === "repohost" && h === REPOHOST_WEB)
+      );
+    if (byHost.size < 1024) byHost.set(host, found);
+  }
+  return found;
 }
+
+const matchCache = new WeakMap<AuthConfig, Map<string, AuthEntry[]>>();
 
 interface Credential {
   header: string;
@@ -91,18 +101,25 @@ async function followRedirects(
   let headers = req.headers;
   let authorized = cred !== null;
   for (let hop = 0;; hop++) {
-    const h = new Headers(headers);
-    if (authorized) h.set("authorization", cred!.header);
-    else h.delete("authorization");
-    const res = await fetch(url, {
+    let h = headers;
+    if (authorized) {
+      h = new Headers(headers);
+      h.set("authorization", cred!.header);
+    } else if (headers.has("authorization")) {
+      h = new Headers(headers);
+      h.delete("authorization");
+    }
+    const init: RequestInit & { client?: Deno.HttpClient } = {
       method,
       headers: h,
-      body,
       redirect: "manual",
-      client: options.client,
-    } as RequestInit);
+    };
+    if (body !== null) init.body = body;
+    if (options.client) init.client = options.client;
+    const res = await fetch(url, init);
+    if (!REDIRECT.has(res.status)) return res;
     const location = res.headers.get("location");
-    if (!REDIRECT.has(res.status) || location === null) return res;
+    if (location === null) return res;
     await res.body?.cancel();
     if (hop >= MAX_REDIRECTS) {
       throw new CliError(`${req.method} ${start.href}: more than ${MAX_REDIRECTS} redirects`, {
