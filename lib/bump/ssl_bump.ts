@@ -1,0 +1,142 @@
+/**
+ * The `--ssl-bump` session: the CA on disk (key 0600 in a 0700 directory),
+ * the trust bundle for the sandbox, and interception of bumped connections.
+ * The firewall (proxy, sandbox, logs) calls {@linkcode createBumpSession}.
+ *
+ * @module
+ */
+import { join } from "node:path";
+import { createSessionCa, type Leaf } from "./ca.ts";
+import { type BumpLogEntry, Interceptor } from "./intercept.ts";
+import { LeafCache } from "./leaf_cache.ts";
+import { joinBundle, readSystemRoots } from "./trust_bundle.ts";
+import type { UrlPattern } from "./url_pattern.ts";
+
+export type { BumpLogEntry } from "./intercept.ts";
+
+/** Options of {@linkcode createBumpSession}. */
+export interface BumpSessionOptions {
+  /** The session directory; `${sessionDir}/ssl/` (0700) is created in it. */
+  sessionDir: string;
+  /** Names the session in the CA subject. */
+  sessionId: string;
+  /** The validated allow list, for the CA's name constraints. */
+  allowDomains: string[];
+  /** From `parseUrlPatterns`. */
+  patterns: UrlPattern[];
+  /** PEMs from `--upstream-ca` / DENO_CERT, trusted upstream beside the default roots. */
+  upstreamCaCerts: string[];
+  /** The access log writer. */
+  log: (entry: BumpLogEntry) => void;
+  /** `--log-level debug` decisions. */
+  debug: (line: string) => void;
+  /** The system root bundle to extend (for tests). */
+  systemBundlePath?: string;
+  /** The most leaves kept. */
+  leafCacheSize?: number;
+  /** An upstream proxy URL; by default the invoking environment's HTTPS_PROXY applies. */
+  upstreamProxy?: string;
+}
+
+/** A running `--ssl-bump` session. */
+export interface BumpSession {
+  /** The session CA certificate (PEM) on disk. */
+  caCertPath: string;
+  /** System roots plus the session CA, on disk. */
+  trustBundlePath: string;
+  /** The directory holding the key; to be hidden inside the sandbox. */
+  sslDir: string;
+  /**
+   * Takes over a client connection after the proxy answered CONNECT and read
+   * the ClientHello (`clientHello`, replayed into the TLS server). Closes it.
+   */
+  intercept(client: Deno.Conn, host: string, port: number, clientHello: Uint8Array): Promise<void>;
+  /** Overwrites the key file with zeros and deletes it; idempotent. */
+  close(): Promise<void>;
+}
+
+/**
+ * Creates the session CA, writes it out and starts interception.
+ *
+ * @example
+ * ```ts
+ * const bump = await createBumpSession({
+ *   sessionDir: "/tmp/fw-20260101T000000", sessionId: "20260101T000000",
+ *   allowDomains: ["github.com"], patterns: [], upstreamCaCerts: [],
+ *   log: console.log, debug: () => {},
+ * });
+ * await bump.close();
+ * ```
+ */
+export async function createBumpSession(options: BumpSessionOptions): Promise<BumpSession> {
+  const ca = await createSessionCa({
+    sessionId: options.sessionId,
+    allowDomains: options.allowDomains,
+  });
+  const sslDir = join(options.sessionDir, "ssl");
+  const keyPath = join(sslDir, "ca-key.pem");
+  const caCertPath = join(sslDir, "ca.pem");
+  const trustBundlePath = join(sslDir, "bundle.pem");
+  try {
+    await Deno.mkdir(sslDir, { mode: 0o700 });
+    await Deno.chmod(sslDir, 0o700); // mkdir's mode is subject to the umask
+    // Mode at creation; createNew refuses a file planted in advance.
+    await Deno.writeTextFile(keyPath, ca.keyPem, { mode: 0o600, createNew: true });
+    await Deno.writeTextFile(caCertPath, ca.certPem, { mode: 0o644, createNew: true });
+    const roots = await readSystemRoots(options.systemBundlePath);
+    await Deno.writeTextFile(trustBundlePath, joinBundle([roots, ca.certPem]), {
+      mode: 0o644,
+      createNew: true,
+    });
+  } catch (e) {
+    await wipe(keyPath, ca.keyPem.length);
+    throw new Error(`Cannot write the session CA to ${sslDir}: ${(e as Error).message}`, {
+      cause: e,
+    });
+  }
+
+  const leaves = new LeafCache<Leaf>({ capacity: options.leafCacheSize ?? 1024 });
+  const client = Deno.createHttpClient({
+    caCerts: options.upstreamCaCerts,
+    ...(options.upstreamProxy ? { proxy: { url: options.upstreamProxy } } : {}),
+  });
+  const interceptor = new Interceptor({
+    patterns: options.patterns,
+    leafFor: (host) => leaves.get(host, () => ca.issueLeaf(host)),
+    client,
+    log: options.log,
+    debug: options.debug,
+  });
+  let closed: Promise<void> | undefined;
+  return {
+    caCertPath,
+    trustBundlePath,
+    sslDir,
+    intercept: (conn, host, port, hello) => interceptor.intercept(conn, host, port, hello),
+    close() {
+      closed ??= (async () => {
+        await wipe(keyPath, ca.keyPem.length);
+        await interceptor.close();
+        leaves.clear();
+        client.close();
+      })();
+      return closed;
+    },
+  };
+}
+
+/** Overwrites a key file with zeros, then deletes it; a missing file is fine. */
+async function wipe(path: string, length: number): Promise<void> {
+  try {
+    const f = await Deno.open(path, { write: true });
+    try {
+      await f.write(new Uint8Array(length));
+      await f.syncData();
+    } finally {
+      f.close();
+    }
+    await Deno.remove(path);
+  } catch (e) {
+    if (!(e instanceof Deno.errors.NotFound)) throw e;
+  }
+}

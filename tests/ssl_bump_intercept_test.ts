@@ -1,0 +1,328 @@
+/**
+ * Interception driven directly: a minimal CONNECT front hands connections to
+ * `BumpSession.intercept()`, real clients (curl, openssl) talk through it to
+ * HTTPS origins on loopback reached under real names via the test proxy.
+ */
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { type BumpLogEntry, createBumpSession } from "../lib/bump/ssl_bump.ts";
+import { parseUrlPatterns } from "../lib/bump/url_pattern.ts";
+import { startOrigins } from "./support/origin.ts";
+
+const dec = new TextDecoder();
+
+interface Fixture {
+  proxyUrl: string;
+  caCertPath: string;
+  sessionDir: string;
+  logs: BumpLogEntry[];
+  originPaths: () => string[];
+  close(): Promise<void>;
+}
+
+async function readClientHello(conn: Deno.Conn): Promise<Uint8Array> {
+  let buf = new Uint8Array(0);
+  const chunk = new Uint8Array(16384);
+  while (buf.length < 5 || buf.length < 5 + ((buf[3] << 8) | buf[4])) {
+    const n = await conn.read(chunk);
+    if (n === null) break;
+    const next = new Uint8Array(buf.length + n);
+    next.set(buf);
+    next.set(chunk.subarray(0, n), buf.length);
+    buf = next;
+  }
+  return buf;
+}
+
+async function startFixture(allowUrls: string[]): Promise<Fixture> {
+  const origins = await startOrigins(["api.github.com", "other.github.com"], (req) => {
+    const u = new URL(req.url);
+    return new Response(`origin ${u.pathname}\n`);
+  });
+  const sessionDir = await Deno.makeTempDir({ prefix: "fw-test-" });
+  const logs: BumpLogEntry[] = [];
+  const bump = await createBumpSession({
+    sessionDir,
+    sessionId: "test",
+    allowDomains: ["github.com"],
+    patterns: parseUrlPatterns(allowUrls),
+    upstreamCaCerts: [origins.ca.cert],
+    upstreamProxy: origins.proxy.url,
+    log: (e) => logs.push(e),
+    debug: () => {},
+  });
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const tasks: Promise<void>[] = [];
+  const accept = (async () => {
+    for await (const conn of listener) {
+      tasks.push(
+        (async () => {
+          const head = new Uint8Array(4096);
+          const n = await conn.read(head);
+          const line = dec.decode(head.subarray(0, n ?? 0)).split("\r\n")[0];
+          const [, target] = line.split(" ");
+          const [host, port] = target.split(":");
+          await conn.write(new TextEncoder().encode("HTTP/1.1 200 Connection established\r\n\r\n"));
+          const hello = await readClientHello(conn);
+          await bump.intercept(conn, host, Number(port), hello);
+        })().catch(() => {}),
+      );
+    }
+  })();
+  return {
+    proxyUrl: `http://127.0.0.1:${listener.addr.port}`,
+    caCertPath: bump.caCertPath,
+    sessionDir,
+    logs,
+    originPaths: () => origins.hits.map((h) => h.path),
+    async close() {
+      listener.close();
+      await accept;
+      await bump.close();
+      await Promise.all(tasks);
+      await origins.close();
+      await Deno.remove(sessionDir, { recursive: true });
+    },
+  };
+}
+
+async function curl(f: Fixture, args: string[]): Promise<{ code: number; out: string }> {
+  const out = await new Deno.Command("curl", {
+    args: ["-s", "--proxy", f.proxyUrl, "--cacert", f.caCertPath, ...args],
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  return { code: out.code, out: dec.decode(out.stdout) };
+}
+
+const W = ["-w", "%{http_code} %{http_version} %header{x-proxy-error}\\n"];
+
+Deno.test("allowed paths pass and other paths get 403 over HTTP/1.1 and HTTP/2", async () => {
+  const f = await startFixture(["https://api.github.com/allowed/*"]);
+  try {
+    for (const v of ["--http1.1", "--http2"]) {
+      const ok = await curl(f, [v, ...W, "https://api.github.com/allowed/x"]);
+      assert.equal(ok.out, `origin /allowed/x\n200 ${v === "--http2" ? "2" : "1.1"} \n`);
+      const no = await curl(f, [v, ...W, "https://api.github.com/secret"]);
+      assert.match(no.out, /^Blocked by forgekit: https:\/\/api\.github\.com\/secret matches no/);
+      assert.match(no.out, /patterns for this host: https:\/\/api\.github\.com\/allowed\/\*/);
+      assert.match(no.out, /403 (1\.1|2) blocked-by-url-policy\n$/);
+    }
+    assert.deepEqual(f.originPaths(), ["/allowed/x", "/allowed/x"]);
+  } finally {
+    await f.close();
+  }
+});
+
+Deno.test("a second disallowed request on a kept-alive HTTP/1.1 connection is blocked", async () => {
+  const f = await startFixture(["https://api.github.com/allowed/*"]);
+  try {
+    const r = await curl(f, [
+      "--http1.1",
+      "-o",
+      "/dev/null",
+      "-o",
+      "/dev/null",
+      "-w",
+      "%{http_code} %{num_connects}\\n",
+      "https://api.github.com/allowed/1",
+      "https://api.github.com/secret",
+    ]);
+    assert.equal(r.out, "200 1\n403 0\n"); // 0 new connects: the connection was reused
+    assert.deepEqual(f.originPaths(), ["/allowed/1"]);
+  } finally {
+    await f.close();
+  }
+});
+
+Deno.test("a disallowed HTTP/2 stream beside an allowed one is blocked", async () => {
+  const f = await startFixture(["https://api.github.com/allowed/*"]);
+  try {
+    const r = await curl(f, [
+      "--http2",
+      "--parallel",
+      "--parallel-immediate",
+      "-o",
+      "/dev/null",
+      "-o",
+      "/dev/null",
+      "-w",
+      "%{url} %{http_code} %{http_version}\\n",
+      "https://api.github.com/allowed/1",
+      "https://api.github.com/secret",
+    ]);
+    const lines = r.out.trim().split("\n").sort();
+    assert.deepEqual(lines, [
+      "https://api.github.com/allowed/1 200 2",
+      "https://api.github.com/secret 403 2",
+    ]);
+    assert.deepEqual(f.originPaths(), ["/allowed/1"]);
+  } finally {
+    await f.close();
+  }
+});
+
+Deno.test("dot segments, encoded dot segments and an encoded slash cannot escape a pattern", async () => {
+  const f = await startFixture(["https://api.github.com/allowed/*"]);
+  try {
+    for (const path of ["/allowed/../secret", "/allowed/%2e%2e/secret", "/allowed%2Fsecret"]) {
+      for (const v of ["--http1.1", "--http2"]) {
+        const r = await curl(f, [
+          v,
+          "--path-as-is",
+          "-o",
+          "/dev/null",
+          ...W,
+          `https://api.github.com${path}`,
+        ]);
+        assert.match(r.out, /^403 .* blocked-by-url-policy\n$/, `${v} ${path}`);
+      }
+    }
+    assert.deepEqual(f.originPaths(), []);
+    const blocked = f.logs.filter((e) => e.decision === "blocked").map((e) => e.url);
+    assert.ok(blocked.includes("https://api.github.com/allowed/../secret"));
+  } finally {
+    await f.close();
+  }
+});
+
+Deno.test("a request whose Host names another host than the CONNECT host is blocked", async () => {
+  const f = await startFixture(["https://api.github.com/allowed/*"]);
+  try {
+    for (const v of ["--http1.1", "--http2"]) {
+      const r = await curl(f, [
+        v,
+        "-H",
+        "Host: other.github.com",
+        ...W,
+        "https://api.github.com/allowed/x",
+      ]);
+      assert.match(r.out, /^Blocked by forgekit: request for host "other\.github\.com"/);
+      assert.match(r.out, /403 .* blocked-by-host-mismatch\n$/);
+    }
+    assert.deepEqual(f.originPaths(), []);
+  } finally {
+    await f.close();
+  }
+});
+
+Deno.test("a WebSocket handshake to a disallowed path is blocked", async () => {
+  const f = await startFixture(["https://api.github.com/allowed/*"]);
+  try {
+    const r = await curl(f, [
+      "--http1.1",
+      "-o",
+      "/dev/null",
+      "-H",
+      "Connection: Upgrade",
+      "-H",
+      "Upgrade: websocket",
+      "-H",
+      "Sec-WebSocket-Version: 13",
+      "-H",
+      "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==",
+      ...W,
+      "https://api.github.com/secret/socket",
+    ]);
+    assert.equal(r.out, "403 1.1 blocked-by-url-policy\n");
+  } finally {
+    await f.close();
+  }
+});
+
+Deno.test("hosts named by no pattern stay allowed and their full URLs are logged", async () => {
+  const f = await startFixture(["https://api.github.com/allowed/*"]);
+  try {
+    const r = await curl(f, [...W, "https://other.github.com/any/path?q=1"]);
+    assert.equal(r.out, "origin /any/path\n200 2 \n");
+    const e = f.logs.find((l) => l.host === "other.github.com")!;
+    assert.equal(e.url, "https://other.github.com/any/path?q=1");
+    assert.equal(e.decision, "allowed");
+    assert.equal(e.rule, "url-policy:no-pattern-for-host");
+    assert.equal(e.status, 200);
+    assert.equal(e.method, "GET");
+  } finally {
+    await f.close();
+  }
+});
+
+Deno.test("each allowed request is logged with its full URL, status and pattern", async () => {
+  const f = await startFixture(["https://api.github.com/allowed/*"]);
+  try {
+    await curl(f, ["-o", "/dev/null", "-d", "hello", "https://api.github.com/allowed/p?x=1"]);
+    const e = f.logs.find((l) => l.decision === "allowed")!;
+    assert.equal(e.url, "https://api.github.com/allowed/p?x=1");
+    assert.equal(e.method, "POST");
+    assert.equal(e.status, 200);
+    assert.equal(e.pattern, "https://api.github.com/allowed/*");
+    assert.equal(e.rule, "url-pattern:https://api.github.com/allowed/*");
+    assert.equal(e.bytes_out, 5);
+    assert.equal(e.bytes_in, "origin /allowed/p\n".length);
+  } finally {
+    await f.close();
+  }
+});
+
+Deno.test("a client that does not trust the session CA refuses the bumped connection", async () => {
+  const f = await startFixture([]);
+  try {
+    const out = await new Deno.Command("curl", {
+      args: ["-s", "--proxy", f.proxyUrl, "https://api.github.com/"],
+      stdout: "null",
+      stderr: "null",
+    }).output();
+    assert.equal(out.code, 60); // peer certificate cannot be authenticated
+  } finally {
+    await f.close();
+  }
+});
+
+Deno.test("the session key is 0600 in a 0700 directory and overwritten and removed by close", async () => {
+  const f = await startFixture([]);
+  const sslDir = join(f.sessionDir, "ssl");
+  try {
+    assert.equal((await Deno.stat(sslDir)).mode! & 0o777, 0o700);
+    assert.equal((await Deno.stat(join(sslDir, "ca-key.pem"))).mode! & 0o777, 0o600);
+    const bundle = await Deno.readTextFile(join(sslDir, "bundle.pem"));
+    assert.ok(bundle.endsWith(await Deno.readTextFile(f.caCertPath)));
+  } finally {
+    await f.close();
+  }
+  await assert.rejects(Deno.stat(join(sslDir, "ca-key.pem")), Deno.errors.NotFound);
+});
+
+Deno.test("the leaf served for a bumped host verifies against the session CA with openssl", async () => {
+  const f = await startFixture([]);
+  try {
+    const out = await new Deno.Command("openssl", {
+      args: [
+        "s_client",
+        "-proxy",
+        f.proxyUrl.replace("http://", ""),
+        "-connect",
+        "api.github.com:443",
+        "-servername",
+        "api.github.com",
+        "-alpn",
+        "h2,http/1.1",
+        "-CAfile",
+        f.caCertPath,
+        "-verify_return_error",
+        "-verify_hostname",
+        "api.github.com",
+      ],
+      stdin: "piped",
+      stdout: "piped",
+      stderr: "piped",
+    }).spawn();
+    const w = out.stdin.getWriter();
+    await w.close();
+    const res = await out.output();
+    const text = dec.decode(res.stdout);
+    assert.equal(res.code, 0, dec.decode(res.stderr));
+    assert.match(text, /Verify return code: 0 \(ok\)/);
+    assert.match(text, /ALPN protocol: h2/);
+  } finally {
+    await f.close();
+  }
+});
