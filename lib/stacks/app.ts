@@ -1,0 +1,107 @@
+/**
+ * The stacks server's Hono app: GitHub's REST conventions (errors, ETags,
+ * request ids, API versions, auth) around the resource routes, served at the
+ * root and under `/api/v3`.
+ */
+import { Hono } from "hono";
+import { HTTPException } from "hono/http-exception";
+import { createHash } from "node:crypto";
+import { ApiError, errorBody } from "./api_error.ts";
+import type { Env } from "./http.ts";
+import { hookRoutes } from "./routes_hooks.ts";
+import { pullRoutes } from "./routes_pulls.ts";
+import { repoRoutes } from "./routes_repos.ts";
+import { stackRoutes } from "./routes_stacks.ts";
+import type { Store } from "./store.ts";
+
+/** API versions accepted in `X-GitHub-Api-Version`. */
+export const API_VERSIONS = ["2022-11-28", "2026-03-10"];
+
+/** Options of {@linkcode createApp}. */
+export interface AppOptions {
+  store: Store;
+  /** Called after a change queued webhook deliveries. */
+  notify?: () => void;
+}
+
+/** The SHA-256 hex of a token, as tokens are stored. */
+export function hashToken(token: string): string {
+  return createHash("sha256").update(token).digest("hex");
+}
+
+/**
+ * Builds the app. Tests call `app.request(path, init)`; `stacks serve` hands
+ * `app.fetch` to `Deno.serve`.
+ *
+ * @example
+ * ```ts
+ * const app = createApp({ store: openSqliteStore(":memory:") });
+ * const res = await app.request("/user", { headers: { authorization: "Bearer …" } });
+ * ```
+ */
+export function createApp(options: AppOptions): Hono<Env> {
+  const api = new Hono<Env>();
+  api.route("/", repoRoutes());
+  api.route("/", pullRoutes());
+  api.route("/", stackRoutes());
+  api.route("/", hookRoutes());
+
+  const app = new Hono<Env>();
+  app.use("*", async (c, next) => {
+    c.header(
+      "X-GitHub-Request-Id",
+      crypto.randomUUID().replace(/-/g, "").slice(0, 20).toUpperCase(),
+    );
+    c.header("X-GitHub-Media-Type", "github.v3; format=json");
+    const version = c.req.header("x-github-api-version");
+    if (version !== undefined && !API_VERSIONS.includes(version)) {
+      throw new ApiError(
+        400,
+        `API version ${version} is not supported (use one of: ${API_VERSIONS.join(", ")})`,
+      );
+    }
+    if (version) c.header("X-GitHub-Api-Version-Selected", version);
+    const url = new URL(c.req.url);
+    const enterprise = c.req.path === "/api/v3" || c.req.path.startsWith("/api/v3/");
+    c.set("urls", { api: `${url.origin}${enterprise ? "/api/v3" : ""}`, web: url.origin });
+    c.set("store", options.store);
+    c.set("notify", options.notify ?? (() => {}));
+    c.set("user", null);
+    const auth = c.req.header("authorization");
+    if (auth !== undefined) {
+      const m = /^(?:bearer|token)\s+(\S+)\s*$/i.exec(auth);
+      const user = m ? await options.store.userByTokenHash(hashToken(m[1])) : null;
+      if (!user) throw new ApiError(401, "Bad credentials");
+      c.set("user", user);
+    }
+    await next();
+    if (c.req.method === "GET" && c.res.status === 200) {
+      const body = await c.res.clone().arrayBuffer();
+      const etag = `W/"${createHash("md5").update(new Uint8Array(body)).digest("hex")}"`;
+      const inm = c.req.header("if-none-match");
+      if (inm !== undefined && inm.split(",").map((s) => s.trim()).includes(etag)) {
+        const headers = new Headers(c.res.headers);
+        headers.delete("content-length");
+        headers.delete("content-type");
+        c.res = new Response(null, { status: 304, headers });
+      }
+      c.res.headers.set("ETag", etag);
+    }
+  });
+  app.route("/", api);
+  app.route("/api/v3", api);
+  app.notFound((c) => c.json(errorBody(404, "Not Found"), 404));
+  app.onError((err, c) => {
+    if (err instanceof ApiError) {
+      return c.json(errorBody(err.status, err.message, err.errors), err.status);
+    }
+    if (err instanceof HTTPException) {
+      return c.json(errorBody(err.status, err.message || "Error"), err.status);
+    }
+    console.error(
+      `forgekit stacks: internal error on ${c.req.method} ${c.req.path}: ${err.stack ?? err}`,
+    );
+    return c.json(errorBody(500, "Internal Server Error"), 500);
+  });
+  return app;
+}

@@ -1,0 +1,144 @@
+/** Request helpers shared by the routes: bodies, pagination, access. */
+import type { Context } from "hono";
+import { ApiError } from "./api_error.ts";
+import type { RepoRow, UserRow } from "./model.ts";
+import type { Urls } from "./render.ts";
+import type { Store } from "./store.ts";
+
+/** The largest request body accepted. */
+export const MAX_BODY = 1 << 20;
+
+/** What every route finds on the context. */
+export interface Env {
+  Variables: {
+    store: Store;
+    user: UserRow | null;
+    urls: Urls;
+    /** Wakes the webhook worker after a commit that queued deliveries. */
+    notify: () => void;
+  };
+}
+
+/** The authenticated user, or 401. */
+export function requireUser(c: Context<Env>): UserRow {
+  const user = c.get("user");
+  if (!user) throw new ApiError(401, "Requires authentication");
+  return user;
+}
+
+/** Reads a JSON object body (400 for bad JSON or a non-object, 413 over 1 MiB). */
+export async function jsonBody(
+  c: Context<Env>,
+  { optional = false } = {},
+): Promise<Record<string, unknown>> {
+  const declared = Number(c.req.header("content-length") ?? "0");
+  if (declared > MAX_BODY) throw new ApiError(413, "Payload too large");
+  const buf = await c.req.arrayBuffer();
+  if (buf.byteLength > MAX_BODY) throw new ApiError(413, "Payload too large");
+  const text = new TextDecoder().decode(buf);
+  if (text.trim() === "" && optional) return {};
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (err) {
+    throw new ApiError(400, "Problems parsing JSON", { cause: err });
+  }
+  if (typeof value !== "object" || value === null || Array.isArray(value)) {
+    throw new ApiError(400, "Body should be a JSON object");
+  }
+  return value as Record<string, unknown>;
+}
+
+/** `per_page` (default 30, max 100) and `page` (from 1) of a listing. */
+export function pageParams(c: Context<Env>): { perPage: number; page: number } {
+  const num = (name: string, dflt: number) => {
+    const raw = c.req.query(name);
+    if (raw === undefined || raw === "") return dflt;
+    const n = Number(raw);
+    if (!Number.isInteger(n) || n < 1) {
+      throw new ApiError(422, "Validation Failed", {
+        errors: [{
+          resource: "Search",
+          field: name,
+          code: "invalid",
+          message: `${name} must be a positive integer`,
+        }],
+      });
+    }
+    return n;
+  };
+  return { perPage: Math.min(num("per_page", 30), 100), page: num("page", 1) };
+}
+
+/** Sets the `Link` header (first, prev, next, last; keeping per_page and other parameters). */
+export function setLinks(c: Context<Env>, page: number, perPage: number, total: number): void {
+  const last = Math.max(1, Math.ceil(total / perPage));
+  const url = new URL(c.req.url);
+  const link = (p: number, rel: string) => {
+    url.searchParams.set("per_page", String(perPage));
+    url.searchParams.set("page", String(p));
+    return `<${url.href}>; rel="${rel}"`;
+  };
+  const parts: string[] = [];
+  if (page > 1) parts.push(link(Math.min(page - 1, last), "prev"));
+  if (page < last) parts.push(link(page + 1, "next"));
+  if (page < last) parts.push(link(last, "last"));
+  if (page > 1) parts.push(link(1, "first"));
+  if (parts.length) c.header("Link", parts.join(", "));
+}
+
+/** Access to a repository: 404 when it does not exist or the user may not see it. */
+export async function repoFor(c: Context<Env>, mode: "read" | "write"): Promise<RepoRow> {
+  const store = c.get("store");
+  const repo = await store.getRepo(c.req.param("owner")!, c.req.param("repo")!);
+  const user = c.get("user");
+  if (!repo) throw new ApiError(404, "Not Found");
+  const member = user !== null &&
+    (user.id === repo.owner_id || await store.isCollaborator(repo.id, user.id));
+  if (repo.private && !member) throw new ApiError(404, "Not Found");
+  if (mode === "write") {
+    if (!user) throw new ApiError(401, "Requires authentication");
+    if (!member) throw new ApiError(403, "Must have push access to repository");
+  }
+  return repo;
+}
+
+/** A positive integer path parameter, or 404. */
+export function intParam(c: Context<Env>, name: string): number {
+  const raw = c.req.param(name) ?? "";
+  const n = Number(raw);
+  if (!/^\d+$/.test(raw) || !Number.isSafeInteger(n) || n < 1) throw new ApiError(404, "Not Found");
+  return n;
+}
+
+/** A string field of a body, optional; 422 when present with another type. */
+export function strField(
+  body: Record<string, unknown>,
+  name: string,
+  resource: string,
+): string | undefined {
+  const v = body[name];
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== "string") {
+    throw new ApiError(422, "Validation Failed", {
+      errors: [{ resource, field: name, code: "invalid", message: `${name} must be a string` }],
+    });
+  }
+  return v;
+}
+
+/** A boolean field of a body, optional. */
+export function boolField(
+  body: Record<string, unknown>,
+  name: string,
+  resource: string,
+): boolean | undefined {
+  const v = body[name];
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== "boolean") {
+    throw new ApiError(422, "Validation Failed", {
+      errors: [{ resource, field: name, code: "invalid", message: `${name} must be a boolean` }],
+    });
+  }
+  return v;
+}

@@ -1,0 +1,154 @@
+/** JSON shapes of the REST resources, named and nested as GitHub's. */
+import type { BranchRow, HookRow, PullRow, RepoRow, StackRow, UserRow } from "./model.ts";
+
+/** Base URLs of one request: the API root and the web root. */
+export interface Urls {
+  api: string;
+  web: string;
+}
+
+const nodeId = (kind: string, id: number) => btoa(`${kind}:${id}`).replace(/=+$/, "");
+
+/** A user, minimal. */
+export function userJson(u: Pick<UserRow, "id" | "login">, urls: Urls) {
+  return {
+    login: u.login,
+    id: u.id,
+    node_id: nodeId("User", u.id),
+    url: `${urls.api}/users/${u.login}`,
+    html_url: `${urls.web}/${u.login}`,
+    type: "User",
+    site_admin: false,
+  };
+}
+
+/** A repository. */
+export function repoJson(r: RepoRow, urls: Urls) {
+  const full = `${r.owner_login}/${r.name}`;
+  return {
+    id: r.id,
+    node_id: nodeId("Repository", r.id),
+    name: r.name,
+    full_name: full,
+    private: r.private,
+    visibility: r.private ? "private" : "public",
+    owner: userJson({ id: r.owner_id, login: r.owner_login }, urls),
+    html_url: `${urls.web}/${full}`,
+    url: `${urls.api}/repos/${full}`,
+    pulls_url: `${urls.api}/repos/${full}/pulls{/number}`,
+    hooks_url: `${urls.api}/repos/${full}/hooks`,
+    default_branch: r.default_branch,
+    allow_stacked_pull_requests: r.allow_stacked_pull_requests,
+    created_at: r.created_at,
+    updated_at: r.updated_at,
+  };
+}
+
+/** A git reference. */
+export function refJson(r: RepoRow, b: BranchRow, urls: Urls) {
+  const full = `${r.owner_login}/${r.name}`;
+  return {
+    ref: `refs/heads/${b.name}`,
+    node_id: nodeId("Ref", r.id) + btoa(b.name).replace(/=+$/, ""),
+    url: `${urls.api}/repos/${full}/git/refs/heads/${b.name}`,
+    object: { sha: b.sha, type: "commit", url: `${urls.api}/repos/${full}/git/commits/${b.sha}` },
+  };
+}
+
+/** The facts a pull request's `stack` object is made of. */
+export interface StackContext {
+  stack: StackRow;
+  size: number;
+  baseSha: string;
+}
+
+/** The `stack` object on a pull request (null when standalone). */
+export function pullStackJson(p: PullRow, ctx: StackContext | null) {
+  if (!ctx || p.stack_position === null) return null;
+  return {
+    id: ctx.stack.id,
+    number: ctx.stack.number,
+    size: ctx.size,
+    position: p.stack_position,
+    base: { ref: ctx.stack.base_ref, sha: ctx.baseSha },
+  };
+}
+
+/** A pull request. */
+export function pullJson(
+  r: RepoRow,
+  p: PullRow,
+  baseSha: string,
+  stack: StackContext | null,
+  urls: Urls,
+) {
+  const full = `${r.owner_login}/${r.name}`;
+  const merged = p.merged_at !== null;
+  return {
+    id: p.id,
+    node_id: nodeId("PullRequest", p.id),
+    number: p.number,
+    url: `${urls.api}/repos/${full}/pulls/${p.number}`,
+    html_url: `${urls.web}/${full}/pull/${p.number}`,
+    state: p.state,
+    locked: false,
+    title: p.title,
+    body: p.body,
+    draft: p.draft,
+    user: userJson({ id: p.user_id, login: p.user_login }, urls),
+    head: { label: `${r.owner_login}:${p.head_ref}`, ref: p.head_ref, sha: p.head_sha },
+    base: { label: `${r.owner_login}:${p.base_ref}`, ref: p.base_ref, sha: baseSha },
+    created_at: p.created_at,
+    updated_at: p.updated_at,
+    closed_at: p.closed_at,
+    merged_at: p.merged_at,
+    merged,
+    merge_commit_sha: p.merge_commit_sha,
+    stack: pullStackJson(p, stack),
+  };
+}
+
+/** A stack resource; `pulls` are its pull requests bottom to top. */
+export function stackJson(r: RepoRow, s: StackRow, pulls: PullRow[], urls: Urls) {
+  const full = `${r.owner_login}/${r.name}`;
+  return {
+    id: s.id,
+    number: s.number,
+    node_id: nodeId("Stack", s.id),
+    url: `${urls.api}/repos/${full}/stacks/${s.number}`,
+    base: { ref: s.base_ref },
+    open: pulls.some((p) => p.state === "open"),
+    created_at: s.created_at,
+    pull_requests: pulls.map((p) => ({
+      number: p.number,
+      state: p.state,
+      draft: p.draft,
+      merged_at: p.merged_at,
+      head: { ref: p.head_ref, sha: p.head_sha },
+    })),
+  };
+}
+
+/** A webhook; the secret is never shown. */
+export function hookJson(r: RepoRow, h: HookRow, urls: Urls) {
+  const base = `${urls.api}/repos/${r.owner_login}/${r.name}/hooks/${h.id}`;
+  return {
+    type: "Repository",
+    id: h.id,
+    name: "web",
+    active: h.active,
+    events: h.events,
+    config: {
+      url: h.url,
+      content_type: "json",
+      insecure_ssl: "0",
+      ...(h.secret ? { secret: "********" } : {}),
+    },
+    updated_at: h.updated_at,
+    created_at: h.created_at,
+    url: base,
+    test_url: `${base}/test`,
+    ping_url: `${base}/pings`,
+    deliveries_url: `${base}/deliveries`,
+  };
+}

@@ -1,0 +1,187 @@
+/** Repository webhooks and their deliveries. */
+import { type Context, Hono } from "hono";
+import { ApiError, validationFailed } from "./api_error.ts";
+import { boolField, type Env, intParam, jsonBody, repoFor, requireUser } from "./http.ts";
+import type { DeliveryRow, RepoRow } from "./model.ts";
+import { hookJson } from "./render.ts";
+
+type Ctx = Context<Env>;
+
+async function adminRepo(c: Ctx): Promise<RepoRow> {
+  const repo = await repoFor(c, "write");
+  if (requireUser(c).id !== repo.owner_id) {
+    throw new ApiError(403, "Must have admin rights to Repository.");
+  }
+  return repo;
+}
+
+function parseConfig(body: Record<string, unknown>, required: boolean) {
+  const cfg = body.config;
+  if (cfg === undefined && !required) return {};
+  if (typeof cfg !== "object" || cfg === null || Array.isArray(cfg)) {
+    throw validationFailed("Hook", [{
+      field: "config",
+      code: "missing_field",
+      message: "config must be an object with a url",
+    }]);
+  }
+  const c = cfg as Record<string, unknown>;
+  const out: { url?: string; secret?: string | null } = {};
+  if (c.url !== undefined || required) {
+    let ok = typeof c.url === "string";
+    if (ok) {
+      try {
+        ok = ["http:", "https:"].includes(new URL(c.url as string).protocol);
+      } catch {
+        ok = false;
+      }
+    }
+    if (!ok) {
+      throw validationFailed("Hook", [{
+        field: "url",
+        code: "invalid",
+        message: "config.url must be an http(s) URL",
+      }]);
+    }
+    out.url = c.url as string;
+  }
+  if (c.secret !== undefined) {
+    if (c.secret !== null && typeof c.secret !== "string") {
+      throw validationFailed("Hook", [{
+        field: "secret",
+        code: "invalid",
+        message: "config.secret must be a string",
+      }]);
+    }
+    out.secret = (c.secret as string | null) || null;
+  }
+  return out;
+}
+
+function parseEvents(body: Record<string, unknown>): string[] | undefined {
+  if (body.events === undefined) return undefined;
+  if (
+    !Array.isArray(body.events) ||
+    !body.events.every((e) => typeof e === "string" && /^[a-z_*]+$/.test(e))
+  ) {
+    throw validationFailed("Hook", [{
+      field: "events",
+      code: "invalid",
+      message: "events must be an array of event names",
+    }]);
+  }
+  return body.events as string[];
+}
+
+function deliveryJson(d: DeliveryRow) {
+  return {
+    id: d.id,
+    guid: d.guid,
+    delivered_at: d.delivered_at ?? d.created_at,
+    redelivery: d.redelivery,
+    duration: d.duration_ms === null ? null : d.duration_ms / 1000,
+    status: d.status === "delivered" ? "OK" : d.status === "failed" ? "failed" : "pending",
+    status_code: d.status_code ?? 0,
+    event: d.event,
+    action: d.action,
+    installation_id: null,
+    repository_id: d.repo_id,
+    attempts: d.attempts,
+  };
+}
+
+/** Routes for webhooks. */
+export function hookRoutes(): Hono<Env> {
+  const app = new Hono<Env>();
+
+  app.post("/repos/:owner/:repo/hooks", async (c) => {
+    const repo = await adminRepo(c);
+    const body = await jsonBody(c);
+    const cfg = parseConfig(body, true);
+    const events = parseEvents(body) ?? ["push"];
+    const active = boolField(body, "active", "Hook") ?? true;
+    const store = c.get("store");
+    const hook = await store.transaction(() =>
+      store.insertHook({
+        repo_id: repo.id,
+        url: cfg.url!,
+        secret: cfg.secret ?? null,
+        events,
+        active,
+      })
+    );
+    return c.json(hookJson(repo, hook, c.get("urls")), 201);
+  });
+
+  app.get("/repos/:owner/:repo/hooks", async (c) => {
+    const repo = await adminRepo(c);
+    const hooks = await c.get("store").listHooks(repo.id);
+    return c.json(hooks.map((h) => hookJson(repo, h, c.get("urls"))));
+  });
+
+  app.get("/repos/:owner/:repo/hooks/:id", async (c) => {
+    const repo = await adminRepo(c);
+    const hook = await c.get("store").getHook(repo.id, intParam(c, "id"));
+    if (!hook) throw new ApiError(404, "Not Found");
+    return c.json(hookJson(repo, hook, c.get("urls")));
+  });
+
+  app.patch("/repos/:owner/:repo/hooks/:id", async (c) => {
+    const repo = await adminRepo(c);
+    const id = intParam(c, "id");
+    const body = await jsonBody(c);
+    const cfg = parseConfig(body, false);
+    const events = parseEvents(body);
+    const active = boolField(body, "active", "Hook");
+    const store = c.get("store");
+    const hook = await store.transaction(async () => {
+      if (!await store.getHook(repo.id, id)) throw new ApiError(404, "Not Found");
+      return await store.updateHook(id, { ...cfg, events, active });
+    });
+    return c.json(hookJson(repo, hook, c.get("urls")));
+  });
+
+  app.delete("/repos/:owner/:repo/hooks/:id", async (c) => {
+    const repo = await adminRepo(c);
+    const id = intParam(c, "id");
+    const store = c.get("store");
+    await store.transaction(async () => {
+      if (!await store.getHook(repo.id, id)) throw new ApiError(404, "Not Found");
+      await store.deleteHook(id);
+    });
+    return c.body(null, 204);
+  });
+
+  app.get("/repos/:owner/:repo/hooks/:id/deliveries", async (c) => {
+    const repo = await adminRepo(c);
+    const id = intParam(c, "id");
+    const store = c.get("store");
+    if (!await store.getHook(repo.id, id)) throw new ApiError(404, "Not Found");
+    const perPage = Math.min(Number(c.req.query("per_page") ?? 30) || 30, 100);
+    return c.json((await store.listDeliveries(id, perPage)).map(deliveryJson));
+  });
+
+  app.post("/repos/:owner/:repo/hooks/:id/deliveries/:delivery/attempts", async (c) => {
+    const repo = await adminRepo(c);
+    const id = intParam(c, "id");
+    const did = intParam(c, "delivery");
+    const store = c.get("store");
+    await store.transaction(async () => {
+      const d = await store.getDelivery(id, did);
+      if (!d) throw new ApiError(404, "Not Found");
+      await store.insertDelivery({
+        guid: d.guid,
+        hook_id: id,
+        repo_id: repo.id,
+        event: d.event,
+        action: d.action,
+        payload: d.payload,
+        redelivery: true,
+      });
+    });
+    c.get("notify")();
+    return c.json({}, 202);
+  });
+
+  return app;
+}

@@ -1,0 +1,164 @@
+/** The Stacks API: list, read, create, add, unstack. */
+import { type Context, Hono } from "hono";
+import { ApiError, validationFailed } from "./api_error.ts";
+import { chainProblems, requestedNumbers, stackOpen, unstackSplit } from "./chain.ts";
+import { emitPullEvent } from "./events.ts";
+import {
+  type Env,
+  intParam,
+  jsonBody,
+  pageParams,
+  repoFor,
+  requireUser,
+  setLinks,
+} from "./http.ts";
+import type { RepoRow } from "./model.ts";
+import { chainPull } from "./routes_pulls.ts";
+import type { Store } from "./store.ts";
+import { stackViews } from "./views.ts";
+
+type Ctx = Context<Env>;
+
+async function stackedRepo(c: Ctx, mode: "read" | "write"): Promise<RepoRow> {
+  const repo = await repoFor(c, mode);
+  if (!repo.allow_stacked_pull_requests) throw new ApiError(404, "Not Found");
+  return repo;
+}
+
+async function mustGetStack(store: Store, repo: RepoRow, n: number) {
+  const s = await store.getStack(repo.id, n);
+  if (!s) throw new ApiError(404, "Not Found");
+  return s;
+}
+
+/** Routes for stacks. */
+export function stackRoutes(): Hono<Env> {
+  const app = new Hono<Env>();
+
+  app.get("/repos/:owner/:repo/stacks", async (c) => {
+    const repo = await stackedRepo(c, "read");
+    const { perPage, page } = pageParams(c);
+    const raw = c.req.query("pull_request");
+    let pr: number | null = null;
+    if (raw !== undefined) {
+      pr = Number(raw);
+      if (!/^\d+$/.test(raw) || pr < 1) {
+        throw validationFailed("Stack", [{
+          field: "pull_request",
+          code: "invalid",
+          message: "pull_request must be a pull request number",
+        }]);
+      }
+    }
+    const store = c.get("store");
+    const { items, total } = await store.listStacks(repo.id, pr, perPage, (page - 1) * perPage);
+    setLinks(c, page, perPage, total);
+    return c.json(await stackViews(store, repo, items, c.get("urls")));
+  });
+
+  app.get("/repos/:owner/:repo/stacks/:number", async (c) => {
+    const repo = await stackedRepo(c, "read");
+    const store = c.get("store");
+    const s = await mustGetStack(store, repo, intParam(c, "number"));
+    return c.json((await stackViews(store, repo, [s], c.get("urls")))[0]);
+  });
+
+  app.post("/repos/:owner/:repo/stacks", async (c) => {
+    const repo = await stackedRepo(c, "write");
+    const user = requireUser(c);
+    const body = await jsonBody(c);
+    const { numbers, problems } = requestedNumbers(body.pull_requests, 2, 100);
+    if (problems.length) throw validationFailed("Stack", problems);
+    const store = c.get("store");
+    const urls = c.get("urls");
+    const stack = await store.transaction(async () => {
+      const pulls = await store.pullsByNumbers(repo.id, numbers);
+      const map = new Map(pulls.map((p) => [p.number, chainPull(p)]));
+      const bad = chainProblems(numbers, map, null);
+      if (bad.length) throw validationFailed("Stack", bad);
+      const byNumber = new Map(pulls.map((p) => [p.number, p]));
+      const s = await store.insertStack(repo.id, byNumber.get(numbers[0])!.base_ref);
+      const joined = [];
+      for (const [i, n] of numbers.entries()) {
+        joined.push(
+          await store.updatePull(byNumber.get(n)!.id, { stack_id: s.id, stack_position: i + 1 }),
+        );
+      }
+      for (const p of joined) {
+        await emitPullEvent(store, { repo, sender: user, urls }, "stacked", p, { stack: s });
+      }
+      return s;
+    });
+    c.get("notify")();
+    return c.json((await stackViews(store, repo, [stack], urls))[0], 201);
+  });
+
+  app.post("/repos/:owner/:repo/stacks/:number/add", async (c) => {
+    const repo = await stackedRepo(c, "write");
+    const user = requireUser(c);
+    const n = intParam(c, "number");
+    const body = await jsonBody(c);
+    const { numbers, problems } = requestedNumbers(body.pull_requests, 1, 100);
+    const store = c.get("store");
+    const urls = c.get("urls");
+    const stack = await store.transaction(async () => {
+      const s = await mustGetStack(store, repo, n);
+      const current = await store.pullsInStacks([s.id]);
+      if (!stackOpen(current)) {
+        throw new ApiError(409, "Stack is closed: every pull request in it is merged or closed");
+      }
+      if (problems.length) throw validationFailed("Stack", problems);
+      if (current.length + numbers.length > 100) {
+        throw validationFailed("Stack", [{
+          field: "pull_requests",
+          code: "invalid",
+          message: "A stack can hold at most 100 pull requests",
+        }]);
+      }
+      const pulls = await store.pullsByNumbers(repo.id, numbers);
+      const map = new Map(pulls.map((p) => [p.number, chainPull(p)]));
+      const bad = chainProblems(numbers, map, chainPull(current[current.length - 1]));
+      if (bad.length) throw validationFailed("Stack", bad);
+      const byNumber = new Map(pulls.map((p) => [p.number, p]));
+      const joined = [];
+      for (const [i, num] of numbers.entries()) {
+        joined.push(
+          await store.updatePull(byNumber.get(num)!.id, {
+            stack_id: s.id,
+            stack_position: current.length + i + 1,
+          }),
+        );
+      }
+      for (const p of joined) {
+        await emitPullEvent(store, { repo, sender: user, urls }, "stacked", p, { stack: s });
+      }
+      return s;
+    });
+    c.get("notify")();
+    return c.json((await stackViews(store, repo, [stack], urls))[0]);
+  });
+
+  app.post("/repos/:owner/:repo/stacks/:number/unstack", async (c) => {
+    const repo = await stackedRepo(c, "write");
+    const n = intParam(c, "number");
+    const store = c.get("store");
+    const remaining = await store.transaction(async () => {
+      const s = await mustGetStack(store, repo, n);
+      const current = await store.pullsInStacks([s.id]);
+      const { leave, stay } = unstackSplit(
+        current.map((p) => ({ ...p, merged: p.merged_at !== null })),
+      );
+      if (stay.length === 0) {
+        await store.deleteStack(s.id);
+        return null;
+      }
+      for (const p of leave) await store.updatePull(p.id, { stack_id: null, stack_position: null });
+      for (const [i, p] of stay.entries()) await store.updatePull(p.id, { stack_position: i + 1 });
+      return s;
+    });
+    if (remaining === null) return c.body(null, 204);
+    return c.json((await stackViews(store, repo, [remaining], c.get("urls")))[0]);
+  });
+
+  return app;
+}

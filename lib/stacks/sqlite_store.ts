@@ -1,0 +1,640 @@
+/**
+ * The SQLite implementation of {@linkcode Store}: one file, WAL, a writer
+ * connection for serialised `BEGIN IMMEDIATE` transactions and a reader
+ * connection that sees only committed data.
+ */
+import { AsyncLocalStorage } from "node:async_hooks";
+import { DatabaseSync, type SQLInputValue, type StatementSync } from "node:sqlite";
+import type {
+  BranchRow,
+  DeliveryRow,
+  HookRow,
+  PullRow,
+  RepoRow,
+  StackRow,
+  UserRow,
+} from "./model.ts";
+import type { NewPull, Page, PullFilter, PullPatch, Store } from "./store.ts";
+
+const SCHEMA_VERSION = 1;
+
+const SCHEMA = `
+CREATE TABLE IF NOT EXISTS users (id INTEGER PRIMARY KEY, login TEXT NOT NULL UNIQUE COLLATE NOCASE, created_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tokens (hash TEXT PRIMARY KEY, user_id INTEGER NOT NULL REFERENCES users(id), created_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS repos (
+  id INTEGER PRIMARY KEY, owner_id INTEGER NOT NULL REFERENCES users(id), name TEXT NOT NULL COLLATE NOCASE,
+  private INTEGER NOT NULL, allow_stacked INTEGER NOT NULL, default_branch TEXT NOT NULL,
+  next_pull INTEGER NOT NULL DEFAULT 1, next_stack INTEGER NOT NULL DEFAULT 1,
+  created_at TEXT NOT NULL, updated_at TEXT NOT NULL, UNIQUE (owner_id, name));
+CREATE TABLE IF NOT EXISTS collaborators (repo_id INTEGER NOT NULL, user_id INTEGER NOT NULL, PRIMARY KEY (repo_id, user_id));
+CREATE TABLE IF NOT EXISTS branches (repo_id INTEGER NOT NULL, name TEXT NOT NULL, sha TEXT NOT NULL, PRIMARY KEY (repo_id, name));
+CREATE TABLE IF NOT EXISTS stacks (
+  id INTEGER PRIMARY KEY, repo_id INTEGER NOT NULL, number INTEGER NOT NULL, base_ref TEXT NOT NULL,
+  created_at TEXT NOT NULL, UNIQUE (repo_id, number));
+CREATE TABLE IF NOT EXISTS pulls (
+  id INTEGER PRIMARY KEY, repo_id INTEGER NOT NULL, number INTEGER NOT NULL, user_id INTEGER NOT NULL,
+  title TEXT NOT NULL, body TEXT, state TEXT NOT NULL, draft INTEGER NOT NULL,
+  head_ref TEXT NOT NULL, head_sha TEXT NOT NULL, base_ref TEXT NOT NULL,
+  created_at TEXT NOT NULL, updated_at TEXT NOT NULL, closed_at TEXT, merged_at TEXT, merge_commit_sha TEXT,
+  stack_id INTEGER REFERENCES stacks(id), stack_position INTEGER, UNIQUE (repo_id, number));
+CREATE INDEX IF NOT EXISTS pulls_stack ON pulls (stack_id, stack_position);
+CREATE INDEX IF NOT EXISTS pulls_head ON pulls (repo_id, head_ref);
+CREATE INDEX IF NOT EXISTS pulls_base ON pulls (repo_id, base_ref);
+CREATE TABLE IF NOT EXISTS hooks (
+  id INTEGER PRIMARY KEY, repo_id INTEGER NOT NULL, url TEXT NOT NULL, secret TEXT, events TEXT NOT NULL,
+  active INTEGER NOT NULL, created_at TEXT NOT NULL, updated_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS deliveries (
+  id INTEGER PRIMARY KEY, guid TEXT NOT NULL, hook_id INTEGER NOT NULL, repo_id INTEGER NOT NULL,
+  event TEXT NOT NULL, action TEXT, payload TEXT NOT NULL, status TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0,
+  next_attempt_at INTEGER NOT NULL, status_code INTEGER, duration_ms INTEGER, delivered_at TEXT,
+  redelivery INTEGER NOT NULL, created_at TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS deliveries_due ON deliveries (status, next_attempt_at);
+CREATE INDEX IF NOT EXISTS deliveries_hook ON deliveries (hook_id, id);
+`;
+
+type Row = Record<string, SQLInputValue>;
+
+const now = () => new Date().toISOString().replace(/\.\d{3}Z$/, "Z");
+
+function toRepo(r: Row): RepoRow {
+  return {
+    id: Number(r.id),
+    owner_id: Number(r.owner_id),
+    owner_login: String(r.owner_login),
+    name: String(r.name),
+    private: r.private === 1,
+    allow_stacked_pull_requests: r.allow_stacked === 1,
+    default_branch: String(r.default_branch),
+    created_at: String(r.created_at),
+    updated_at: String(r.updated_at),
+  };
+}
+
+function toPull(r: Row): PullRow {
+  return {
+    id: Number(r.id),
+    repo_id: Number(r.repo_id),
+    number: Number(r.number),
+    user_id: Number(r.user_id),
+    user_login: String(r.user_login),
+    title: String(r.title),
+    body: r.body === null ? null : String(r.body),
+    state: r.state as PullRow["state"],
+    draft: r.draft === 1,
+    head_ref: String(r.head_ref),
+    head_sha: String(r.head_sha),
+    base_ref: String(r.base_ref),
+    created_at: String(r.created_at),
+    updated_at: String(r.updated_at),
+    closed_at: (r.closed_at as string | null) ?? null,
+    merged_at: (r.merged_at as string | null) ?? null,
+    merge_commit_sha: (r.merge_commit_sha as string | null) ?? null,
+    stack_id: r.stack_id === null ? null : Number(r.stack_id),
+    stack_position: r.stack_position === null ? null : Number(r.stack_position),
+  };
+}
+
+function toStack(r: Row): StackRow {
+  return {
+    id: Number(r.id),
+    repo_id: Number(r.repo_id),
+    number: Number(r.number),
+    base_ref: String(r.base_ref),
+    created_at: String(r.created_at),
+  };
+}
+
+function toHook(r: Row): HookRow {
+  return {
+    id: Number(r.id),
+    repo_id: Number(r.repo_id),
+    url: String(r.url),
+    secret: (r.secret as string | null) ?? null,
+    events: JSON.parse(String(r.events)),
+    active: r.active === 1,
+    created_at: String(r.created_at),
+    updated_at: String(r.updated_at),
+  };
+}
+
+function toDelivery(r: Row): DeliveryRow {
+  return {
+    id: Number(r.id),
+    guid: String(r.guid),
+    hook_id: Number(r.hook_id),
+    repo_id: Number(r.repo_id),
+    event: String(r.event),
+    action: (r.action as string | null) ?? null,
+    payload: String(r.payload),
+    status: r.status as DeliveryRow["status"],
+    attempts: Number(r.attempts),
+    next_attempt_at: Number(r.next_attempt_at),
+    status_code: r.status_code === null ? null : Number(r.status_code),
+    duration_ms: r.duration_ms === null ? null : Number(r.duration_ms),
+    delivered_at: (r.delivered_at as string | null) ?? null,
+    redelivery: r.redelivery === 1,
+    created_at: String(r.created_at),
+  };
+}
+
+const PULL_SELECT =
+  "SELECT p.*, u.login AS user_login FROM pulls p JOIN users u ON u.id = p.user_id";
+const REPO_SELECT =
+  "SELECT r.*, u.login AS owner_login FROM repos r JOIN users u ON u.id = r.owner_id";
+
+class Connection {
+  #db: DatabaseSync;
+  #stmts = new Map<string, StatementSync>();
+  constructor(path: string) {
+    this.#db = new DatabaseSync(path);
+    this.#db.exec(
+      "PRAGMA busy_timeout = 10000; PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;",
+    );
+  }
+  exec(sql: string) {
+    this.#db.exec(sql);
+  }
+  stmt(sql: string): StatementSync {
+    let s = this.#stmts.get(sql);
+    if (!s) this.#stmts.set(sql, s = this.#db.prepare(sql));
+    return s;
+  }
+  get(sql: string, ...args: SQLInputValue[]): Row | undefined {
+    return this.stmt(sql).get(...args) as Row | undefined;
+  }
+  all(sql: string, ...args: SQLInputValue[]): Row[] {
+    return this.stmt(sql).all(...args) as Row[];
+  }
+  run(sql: string, ...args: SQLInputValue[]) {
+    return this.stmt(sql).run(...args);
+  }
+  close() {
+    this.#db.close();
+  }
+}
+
+/**
+ * Opens (and migrates) a SQLite store.
+ *
+ * @example
+ * ```ts
+ * const store = openSqliteStore("./forgekit-data/stacks.db");
+ * ```
+ */
+export function openSqliteStore(path: string): Store {
+  return new SqliteStore(path);
+}
+
+class SqliteStore implements Store {
+  #writer: Connection;
+  #reader: Connection;
+  #inTx = new AsyncLocalStorage<boolean>();
+  #queue: Promise<unknown> = Promise.resolve();
+
+  constructor(path: string) {
+    this.#writer = new Connection(path);
+    const version = Number(this.#writer.get("PRAGMA user_version")?.user_version ?? 0);
+    if (version < SCHEMA_VERSION) {
+      this.#writer.exec("BEGIN IMMEDIATE");
+      try {
+        this.#writer.exec(SCHEMA);
+        this.#writer.exec(`PRAGMA user_version = ${SCHEMA_VERSION}`);
+        this.#writer.exec("COMMIT");
+      } catch (err) {
+        this.#writer.exec("ROLLBACK");
+        throw err;
+      }
+    } else if (version > SCHEMA_VERSION) {
+      throw new Error(
+        `Database ${path} has schema version ${version}, newer than this forgekit (${SCHEMA_VERSION})`,
+      );
+    }
+    this.#reader = path === ":memory:" ? this.#writer : new Connection(path);
+  }
+
+  /** Reads inside a transaction see its writes; others see committed data only. */
+  get #r(): Connection {
+    return this.#inTx.getStore() ? this.#writer : this.#reader;
+  }
+  get #w(): Connection {
+    return this.#writer;
+  }
+
+  transaction<T>(fn: () => Promise<T>): Promise<T> {
+    if (this.#inTx.getStore()) return fn();
+    const run = async () => {
+      this.#writer.exec("BEGIN IMMEDIATE");
+      try {
+        const out = await this.#inTx.run(true, fn);
+        this.#writer.exec("COMMIT");
+        return out;
+      } catch (err) {
+        this.#writer.exec("ROLLBACK");
+        throw err;
+      }
+    };
+    const p = this.#queue.then(run, run);
+    this.#queue = p.catch(() => {});
+    return p;
+  }
+
+  async close() {
+    await this.#queue;
+    if (this.#reader !== this.#writer) this.#reader.close();
+    this.#writer.close();
+  }
+
+  async userByLogin(login: string) {
+    return (this.#r.get("SELECT * FROM users WHERE login = ?", login) as UserRow | undefined) ??
+      null;
+  }
+  async userByTokenHash(hash: string) {
+    return (this.#r.get(
+      "SELECT u.* FROM tokens t JOIN users u ON u.id = t.user_id WHERE t.hash = ?",
+      hash,
+    ) as
+      | UserRow
+      | undefined) ?? null;
+  }
+  async ensureUser(login: string) {
+    this.#w.run("INSERT OR IGNORE INTO users (login, created_at) VALUES (?, ?)", login, now());
+    return this.#w.get("SELECT * FROM users WHERE login = ?", login) as unknown as UserRow;
+  }
+  async addToken(userId: number, hash: string) {
+    this.#w.run(
+      "INSERT INTO tokens (hash, user_id, created_at) VALUES (?, ?, ?)",
+      hash,
+      userId,
+      now(),
+    );
+  }
+
+  async createRepo(
+    r: {
+      owner_id: number;
+      name: string;
+      private: boolean;
+      allow_stacked_pull_requests: boolean;
+      default_branch: string;
+    },
+  ) {
+    const t = now();
+    const res = this.#w.run(
+      "INSERT INTO repos (owner_id, name, private, allow_stacked, default_branch, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+      r.owner_id,
+      r.name,
+      r.private ? 1 : 0,
+      r.allow_stacked_pull_requests ? 1 : 0,
+      r.default_branch,
+      t,
+      t,
+    );
+    return toRepo(this.#w.get(`${REPO_SELECT} WHERE r.id = ?`, Number(res.lastInsertRowid))!);
+  }
+  async getRepo(owner: string, name: string) {
+    const row = this.#r.get(`${REPO_SELECT} WHERE u.login = ? AND r.name = ?`, owner, name);
+    return row ? toRepo(row) : null;
+  }
+  async getRepoById(id: number) {
+    const row = this.#r.get(`${REPO_SELECT} WHERE r.id = ?`, id);
+    return row ? toRepo(row) : null;
+  }
+  async updateRepo(
+    id: number,
+    patch: Partial<Pick<RepoRow, "private" | "allow_stacked_pull_requests" | "name">>,
+  ) {
+    if (patch.private !== undefined) {
+      this.#w.run("UPDATE repos SET private = ? WHERE id = ?", patch.private ? 1 : 0, id);
+    }
+    if (patch.allow_stacked_pull_requests !== undefined) {
+      this.#w.run(
+        "UPDATE repos SET allow_stacked = ? WHERE id = ?",
+        patch.allow_stacked_pull_requests ? 1 : 0,
+        id,
+      );
+    }
+    if (patch.name !== undefined) {
+      this.#w.run("UPDATE repos SET name = ? WHERE id = ?", patch.name, id);
+    }
+    this.#w.run("UPDATE repos SET updated_at = ? WHERE id = ?", now(), id);
+  }
+  async addCollaborator(repoId: number, userId: number) {
+    this.#w.run(
+      "INSERT OR IGNORE INTO collaborators (repo_id, user_id) VALUES (?, ?)",
+      repoId,
+      userId,
+    );
+  }
+  async isCollaborator(repoId: number, userId: number) {
+    return this.#r.get(
+      "SELECT 1 AS x FROM collaborators WHERE repo_id = ? AND user_id = ?",
+      repoId,
+      userId,
+    ) !== undefined;
+  }
+
+  async getBranch(repoId: number, name: string) {
+    return (this.#r.get("SELECT * FROM branches WHERE repo_id = ? AND name = ?", repoId, name) as
+      | BranchRow
+      | undefined) ??
+      null;
+  }
+  async putBranch(repoId: number, name: string, sha: string) {
+    this.#w.run(
+      "INSERT INTO branches (repo_id, name, sha) VALUES (?, ?, ?) ON CONFLICT (repo_id, name) DO UPDATE SET sha = excluded.sha",
+      repoId,
+      name,
+      sha,
+    );
+  }
+  async deleteBranch(repoId: number, name: string) {
+    this.#w.run("DELETE FROM branches WHERE repo_id = ? AND name = ?", repoId, name);
+  }
+
+  async insertPull(p: NewPull) {
+    const num = Number(
+      this.#w.get("SELECT next_pull FROM repos WHERE id = ?", p.repo_id)!.next_pull,
+    );
+    this.#w.run("UPDATE repos SET next_pull = next_pull + 1 WHERE id = ?", p.repo_id);
+    const t = now();
+    const res = this.#w.run(
+      "INSERT INTO pulls (repo_id, number, user_id, title, body, state, draft, head_ref, head_sha, base_ref, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 'open', ?, ?, ?, ?, ?, ?)",
+      p.repo_id,
+      num,
+      p.user_id,
+      p.title,
+      p.body,
+      p.draft ? 1 : 0,
+      p.head_ref,
+      p.head_sha,
+      p.base_ref,
+      t,
+      t,
+    );
+    return toPull(this.#w.get(`${PULL_SELECT} WHERE p.id = ?`, Number(res.lastInsertRowid))!);
+  }
+  async getPull(repoId: number, number: number) {
+    const row = this.#r.get(`${PULL_SELECT} WHERE p.repo_id = ? AND p.number = ?`, repoId, number);
+    return row ? toPull(row) : null;
+  }
+  async pullsByNumbers(repoId: number, numbers: number[]) {
+    if (numbers.length === 0) return [];
+    return this.#r.all(
+      `${PULL_SELECT} WHERE p.repo_id = ? AND p.number IN (SELECT value FROM json_each(?))`,
+      repoId,
+      JSON.stringify(numbers),
+    ).map(toPull);
+  }
+  async openPullsByHead(repoId: number, headRef: string) {
+    return this.#r.all(
+      `${PULL_SELECT} WHERE p.repo_id = ? AND p.head_ref = ? AND p.state = 'open'`,
+      repoId,
+      headRef,
+    ).map(
+      toPull,
+    );
+  }
+  async openPullsTouching(repoId: number, branch: string) {
+    return this.#r.all(
+      `${PULL_SELECT} WHERE p.repo_id = ? AND p.state = 'open' AND (p.head_ref = ? OR p.base_ref = ?)`,
+      repoId,
+      branch,
+      branch,
+    ).map(toPull);
+  }
+  async listPulls(
+    repoId: number,
+    f: PullFilter,
+    limit: number,
+    offset: number,
+  ): Promise<Page<PullRow>> {
+    const where = ["p.repo_id = ?"];
+    const args: SQLInputValue[] = [repoId];
+    if (f.state !== "all") {
+      where.push("p.state = ?");
+      args.push(f.state);
+    }
+    if (f.head !== undefined) {
+      where.push("p.head_ref = ?");
+      args.push(f.head);
+    }
+    if (f.base !== undefined) {
+      where.push("p.base_ref = ?");
+      args.push(f.base);
+    }
+    const cond = where.join(" AND ");
+    const order = `${f.sort === "updated" ? "p.updated_at" : "p.id"} ${
+      f.direction === "asc" ? "ASC" : "DESC"
+    }, p.id ${f.direction === "asc" ? "ASC" : "DESC"}`;
+    const total = Number(
+      this.#r.get(`SELECT count(*) AS n FROM pulls p WHERE ${cond}`, ...args)!.n,
+    );
+    const items = this.#r.all(
+      `${PULL_SELECT} WHERE ${cond} ORDER BY ${order} LIMIT ? OFFSET ?`,
+      ...args,
+      limit,
+      offset,
+    ).map(
+      toPull,
+    );
+    return { items, total };
+  }
+  async updatePull(id: number, patch: PullPatch) {
+    const cols = Object.keys(patch) as (keyof PullPatch)[];
+    if (cols.length > 0) {
+      const sets = cols.map((c) => `${c} = ?`).join(", ");
+      const vals = cols.map((c) => {
+        const v = patch[c];
+        return typeof v === "boolean" ? (v ? 1 : 0) : (v as SQLInputValue);
+      });
+      this.#w.run(`UPDATE pulls SET ${sets}, updated_at = ? WHERE id = ?`, ...vals, now(), id);
+    }
+    return toPull(this.#w.get(`${PULL_SELECT} WHERE p.id = ?`, id)!);
+  }
+
+  async insertStack(repoId: number, baseRef: string) {
+    const num = Number(
+      this.#w.get("SELECT next_stack FROM repos WHERE id = ?", repoId)!.next_stack,
+    );
+    this.#w.run("UPDATE repos SET next_stack = next_stack + 1 WHERE id = ?", repoId);
+    const res = this.#w.run(
+      "INSERT INTO stacks (repo_id, number, base_ref, created_at) VALUES (?, ?, ?, ?)",
+      repoId,
+      num,
+      baseRef,
+      now(),
+    );
+    return toStack(this.#w.get("SELECT * FROM stacks WHERE id = ?", Number(res.lastInsertRowid))!);
+  }
+  async getStack(repoId: number, number: number) {
+    const row = this.#r.get(
+      "SELECT * FROM stacks WHERE repo_id = ? AND number = ?",
+      repoId,
+      number,
+    );
+    return row ? toStack(row) : null;
+  }
+  async stacksByIds(ids: number[]) {
+    if (ids.length === 0) return [];
+    return this.#r.all(
+      "SELECT * FROM stacks WHERE id IN (SELECT value FROM json_each(?))",
+      JSON.stringify(ids),
+    ).map(toStack);
+  }
+  async pullsInStacks(stackIds: number[]) {
+    if (stackIds.length === 0) return [];
+    return this.#r.all(
+      `${PULL_SELECT} WHERE p.stack_id IN (SELECT value FROM json_each(?)) ORDER BY p.stack_id, p.stack_position`,
+      JSON.stringify(stackIds),
+    ).map(toPull);
+  }
+  async listStacks(
+    repoId: number,
+    pullNumber: number | null,
+    limit: number,
+    offset: number,
+  ): Promise<Page<StackRow>> {
+    if (pullNumber !== null) {
+      const items = this.#r.all(
+        "SELECT s.* FROM stacks s JOIN pulls p ON p.stack_id = s.id WHERE s.repo_id = ? AND p.repo_id = ? AND p.number = ?",
+        repoId,
+        repoId,
+        pullNumber,
+      ).map(toStack);
+      return { items: items.slice(offset, offset + limit), total: items.length };
+    }
+    const total = Number(
+      this.#r.get("SELECT count(*) AS n FROM stacks WHERE repo_id = ?", repoId)!.n,
+    );
+    const items = this.#r.all(
+      "SELECT * FROM stacks WHERE repo_id = ? ORDER BY number DESC LIMIT ? OFFSET ?",
+      repoId,
+      limit,
+      offset,
+    ).map(toStack);
+    return { items, total };
+  }
+  async deleteStack(id: number) {
+    this.#w.run("UPDATE pulls SET stack_id = NULL, stack_position = NULL WHERE stack_id = ?", id);
+    this.#w.run("DELETE FROM stacks WHERE id = ?", id);
+  }
+
+  async insertHook(
+    h: { repo_id: number; url: string; secret: string | null; events: string[]; active: boolean },
+  ) {
+    const t = now();
+    const res = this.#w.run(
+      "INSERT INTO hooks (repo_id, url, secret, events, active, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+      h.repo_id,
+      h.url,
+      h.secret,
+      JSON.stringify(h.events),
+      h.active ? 1 : 0,
+      t,
+      t,
+    );
+    return toHook(this.#w.get("SELECT * FROM hooks WHERE id = ?", Number(res.lastInsertRowid))!);
+  }
+  async getHook(repoId: number, id: number) {
+    const row = this.#r.get("SELECT * FROM hooks WHERE repo_id = ? AND id = ?", repoId, id);
+    return row ? toHook(row) : null;
+  }
+  async listHooks(repoId: number) {
+    return this.#r.all("SELECT * FROM hooks WHERE repo_id = ? ORDER BY id", repoId).map(toHook);
+  }
+  async updateHook(
+    id: number,
+    patch: Partial<Pick<HookRow, "url" | "secret" | "events" | "active">>,
+  ) {
+    if (patch.url !== undefined) {
+      this.#w.run("UPDATE hooks SET url = ? WHERE id = ?", patch.url, id);
+    }
+    if (patch.secret !== undefined) {
+      this.#w.run("UPDATE hooks SET secret = ? WHERE id = ?", patch.secret, id);
+    }
+    if (patch.events !== undefined) {
+      this.#w.run("UPDATE hooks SET events = ? WHERE id = ?", JSON.stringify(patch.events), id);
+    }
+    if (patch.active !== undefined) {
+      this.#w.run("UPDATE hooks SET active = ? WHERE id = ?", patch.active ? 1 : 0, id);
+    }
+    this.#w.run("UPDATE hooks SET updated_at = ? WHERE id = ?", now(), id);
+    return toHook(this.#w.get("SELECT * FROM hooks WHERE id = ?", id)!);
+  }
+  async deleteHook(id: number) {
+    this.#w.run("DELETE FROM deliveries WHERE hook_id = ?", id);
+    this.#w.run("DELETE FROM hooks WHERE id = ?", id);
+  }
+
+  async insertDelivery(
+    d: {
+      guid: string;
+      hook_id: number;
+      repo_id: number;
+      event: string;
+      action: string | null;
+      payload: string;
+      redelivery: boolean;
+    },
+  ) {
+    const res = this.#w.run(
+      "INSERT INTO deliveries (guid, hook_id, repo_id, event, action, payload, status, next_attempt_at, redelivery, created_at) VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
+      d.guid,
+      d.hook_id,
+      d.repo_id,
+      d.event,
+      d.action,
+      d.payload,
+      Date.now(),
+      d.redelivery ? 1 : 0,
+      now(),
+    );
+    return toDelivery(
+      this.#w.get("SELECT * FROM deliveries WHERE id = ?", Number(res.lastInsertRowid))!,
+    );
+  }
+  async getDelivery(hookId: number, id: number) {
+    const row = this.#r.get("SELECT * FROM deliveries WHERE hook_id = ? AND id = ?", hookId, id);
+    return row ? toDelivery(row) : null;
+  }
+  async listDeliveries(hookId: number, limit: number) {
+    return this.#r.all(
+      "SELECT * FROM deliveries WHERE hook_id = ? ORDER BY id DESC LIMIT ?",
+      hookId,
+      limit,
+    ).map(toDelivery);
+  }
+  async dueDeliveries(at: number, limit: number) {
+    return this.#r.all(
+      "SELECT * FROM deliveries WHERE status = 'pending' AND next_attempt_at <= ? ORDER BY id LIMIT ?",
+      at,
+      limit,
+    ).map(toDelivery);
+  }
+  async nextDueAt() {
+    const row = this.#r.get(
+      "SELECT min(next_attempt_at) AS t FROM deliveries WHERE status = 'pending'",
+    );
+    return row?.t === null || row?.t === undefined ? null : Number(row.t);
+  }
+  async recordAttempt(
+    id: number,
+    r: {
+      status: DeliveryRow["status"];
+      status_code: number | null;
+      duration_ms: number;
+      next_attempt_at: number;
+      delivered_at: string | null;
+    },
+  ) {
+    this.#w.run(
+      "UPDATE deliveries SET status = ?, status_code = ?, duration_ms = ?, next_attempt_at = ?, delivered_at = ?, attempts = attempts + 1 WHERE id = ?",
+      r.status,
+      r.status_code,
+      r.duration_ms,
+      r.next_attempt_at,
+      r.delivered_at,
+      id,
+    );
+  }
+}

@@ -1,0 +1,150 @@
+/**
+ * The storage interface of the stacks server. Routes talk only to this; the
+ * SQLite implementation is `sqlite_store.ts`, and a PostgreSQL one for
+ * several server instances can implement the same interface. Every method
+ * is Promise-shaped for that reason, even where SQLite answers at once.
+ */
+import type {
+  BranchRow,
+  DeliveryRow,
+  HookRow,
+  PullRow,
+  RepoRow,
+  StackRow,
+  UserRow,
+} from "./model.ts";
+
+/** Filters of a pull-request listing. */
+export interface PullFilter {
+  state: "open" | "closed" | "all";
+  head?: string;
+  base?: string;
+  sort: "created" | "updated";
+  direction: "asc" | "desc";
+}
+
+/** One page of a listing plus the total, for Link headers. */
+export interface Page<T> {
+  items: T[];
+  total: number;
+}
+
+/** Fields of a new pull request. */
+export type NewPull = Pick<
+  PullRow,
+  "repo_id" | "user_id" | "title" | "body" | "draft" | "head_ref" | "head_sha" | "base_ref"
+>;
+
+/** What can change on a pull request. */
+export type PullPatch = Partial<
+  Pick<
+    PullRow,
+    | "title"
+    | "body"
+    | "state"
+    | "draft"
+    | "base_ref"
+    | "head_sha"
+    | "closed_at"
+    | "merged_at"
+    | "merge_commit_sha"
+    | "stack_id"
+    | "stack_position"
+  >
+>;
+
+/** The store: one narrow module between the routes and the database. */
+export interface Store {
+  /** Runs `fn` in one serialised write transaction (BEGIN IMMEDIATE). */
+  transaction<T>(fn: () => Promise<T>): Promise<T>;
+  close(): Promise<void>;
+
+  userByLogin(login: string): Promise<UserRow | null>;
+  userByTokenHash(hash: string): Promise<UserRow | null>;
+  ensureUser(login: string): Promise<UserRow>;
+  addToken(userId: number, hash: string): Promise<void>;
+
+  createRepo(
+    r: {
+      owner_id: number;
+      name: string;
+      private: boolean;
+      allow_stacked_pull_requests: boolean;
+      default_branch: string;
+    },
+  ): Promise<RepoRow>;
+  getRepo(owner: string, name: string): Promise<RepoRow | null>;
+  getRepoById(id: number): Promise<RepoRow | null>;
+  updateRepo(
+    id: number,
+    patch: Partial<Pick<RepoRow, "private" | "allow_stacked_pull_requests" | "name">>,
+  ): Promise<void>;
+  addCollaborator(repoId: number, userId: number): Promise<void>;
+  isCollaborator(repoId: number, userId: number): Promise<boolean>;
+
+  getBranch(repoId: number, name: string): Promise<BranchRow | null>;
+  putBranch(repoId: number, name: string, sha: string): Promise<void>;
+  deleteBranch(repoId: number, name: string): Promise<void>;
+
+  insertPull(p: NewPull): Promise<PullRow>;
+  getPull(repoId: number, number: number): Promise<PullRow | null>;
+  pullsByNumbers(repoId: number, numbers: number[]): Promise<PullRow[]>;
+  openPullsByHead(repoId: number, headRef: string): Promise<PullRow[]>;
+  openPullsTouching(repoId: number, branch: string): Promise<PullRow[]>;
+  listPulls(
+    repoId: number,
+    filter: PullFilter,
+    limit: number,
+    offset: number,
+  ): Promise<Page<PullRow>>;
+  updatePull(id: number, patch: PullPatch): Promise<PullRow>;
+
+  insertStack(repoId: number, baseRef: string): Promise<StackRow>;
+  getStack(repoId: number, number: number): Promise<StackRow | null>;
+  stacksByIds(ids: number[]): Promise<StackRow[]>;
+  pullsInStacks(stackIds: number[]): Promise<PullRow[]>;
+  listStacks(
+    repoId: number,
+    pullNumber: number | null,
+    limit: number,
+    offset: number,
+  ): Promise<Page<StackRow>>;
+  deleteStack(id: number): Promise<void>;
+
+  insertHook(
+    h: { repo_id: number; url: string; secret: string | null; events: string[]; active: boolean },
+  ): Promise<HookRow>;
+  getHook(repoId: number, id: number): Promise<HookRow | null>;
+  listHooks(repoId: number): Promise<HookRow[]>;
+  updateHook(
+    id: number,
+    patch: Partial<Pick<HookRow, "url" | "secret" | "events" | "active">>,
+  ): Promise<HookRow>;
+  deleteHook(id: number): Promise<void>;
+
+  insertDelivery(
+    d: {
+      guid: string;
+      hook_id: number;
+      repo_id: number;
+      event: string;
+      action: string | null;
+      payload: string;
+      redelivery: boolean;
+    },
+  ): Promise<DeliveryRow>;
+  getDelivery(hookId: number, id: number): Promise<DeliveryRow | null>;
+  listDeliveries(hookId: number, limit: number): Promise<DeliveryRow[]>;
+  dueDeliveries(now: number, limit: number): Promise<DeliveryRow[]>;
+  nextDueAt(): Promise<number | null>;
+  recordAttempt(
+    id: number,
+    r: {
+      status: DeliveryRow["status"];
+      status_code: number | null;
+      duration_ms: number;
+      next_attempt_at: number;
+      delivered_at: string | null;
+    },
+  ): Promise<void>;
+}
