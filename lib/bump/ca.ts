@@ -18,7 +18,6 @@ export const CA_VALIDITY_MS = 24 * 60 * 60 * 1000;
 const EC_KEY: EcKeyGenParams = { name: "ECDSA", namedCurve: "P-256" };
 const OID = {
   commonName: "2.5.4.3",
-  organization: "2.5.4.10",
   basicConstraints: "2.5.29.19",
   keyUsage: "2.5.29.15",
   subjectKeyId: "2.5.29.14",
@@ -82,16 +81,9 @@ function serial(): asn1js.Integer {
   return new asn1js.Integer({ valueHex: bytes.buffer });
 }
 
-function name(cn: string, org?: string): pkijs.RelativeDistinguishedNames {
+/** A subject of one common name (pkijs would put several attributes into one multi-valued RDN). */
+function name(cn: string): pkijs.RelativeDistinguishedNames {
   const rdn = new pkijs.RelativeDistinguishedNames();
-  if (org) {
-    rdn.typesAndValues.push(
-      new pkijs.AttributeTypeAndValue({
-        type: OID.organization,
-        value: new asn1js.Utf8String({ value: org }),
-      }),
-    );
-  }
   rdn.typesAndValues.push(
     new pkijs.AttributeTypeAndValue({
       type: OID.commonName,
@@ -155,7 +147,7 @@ export async function createSessionCa(options: SessionCaOptions): Promise<Sessio
   const caKeys = await crypto.subtle.generateKey(EC_KEY, true, ["sign", "verify"]);
   const leafKeys = await crypto.subtle.generateKey(EC_KEY, true, ["sign", "verify"]);
   const caKeyId = await keyId(caKeys.publicKey);
-  const caName = name(`forgekit session CA ${options.sessionId}`, "forgekit");
+  const caName = name(`forgekit session CA ${options.sessionId}`);
 
   const ca = new pkijs.Certificate();
   ca.version = 2;
