@@ -8,7 +8,7 @@ import { initialSha } from "./shas.ts";
 
 const NAME = /^[A-Za-z0-9._-]{1,100}$/;
 const SHA = /^[0-9a-f]{40}$/;
-const BRANCH = /^(?!\/|.*\/$|.*\/\/|.*\.\.|.*@\{|.*\.lock$)[^\s~^:?*\[\\\x00-\x1f\x7f]+$/;
+const BRANCH = /^(?!\/|.*\/$|.*\/\/|.*\.\.|.*@\{|.*\.lock$)[^\s\p{Cc}~^:?*\[\\]+$/u;
 
 /** Routes for users, repositories and refs. */
 export function repoRoutes(): Hono<Env> {

@@ -1,3 +1,5 @@
+// deno-lint-ignore-file require-await -- the Store interface is Promise-shaped for
+// asynchronous backends (PostgreSQL); SQLite answers synchronously.
 /**
  * The SQLite implementation of {@linkcode Store}: one file, WAL, a writer
  * connection for serialised `BEGIN IMMEDIATE` transactions and a reader

@@ -37,14 +37,33 @@ export function emptyHome(): string {
   return defaultHome;
 }
 
-/** The environment a test run starts from: PATH and a clean HOME only. */
+/**
+ * The environment a test run starts from: PATH, a clean HOME, and the
+ * parent's Deno cache (a new HOME would otherwise mean a new, empty cache)
+ * and system trust settings, so that nothing is downloaded again.
+ */
 export function baseEnv(): Record<string, string> {
-  return {
+  const env: Record<string, string> = {
     PATH: Deno.env.get("PATH") ?? "/usr/bin:/bin",
     HOME: emptyHome(),
     NO_COLOR: "1",
     DENO_NO_UPDATE_CHECK: "1",
+    DENO_DIR: denoDir(),
   };
+  for (const name of ["SSL_CERT_FILE", "SSL_CERT_DIR", "DENO_TLS_CA_STORE"]) {
+    const v = Deno.env.get(name);
+    if (v) env[name] = v;
+  }
+  return env;
+}
+
+function denoDir(): string {
+  const explicit = Deno.env.get("DENO_DIR");
+  if (explicit) return explicit;
+  const xdg = Deno.env.get("XDG_CACHE_HOME");
+  if (xdg) return `${xdg}/deno`;
+  const home = Deno.env.get("HOME") ?? "/root";
+  return Deno.build.os === "darwin" ? `${home}/Library/Caches/deno` : `${home}/.cache/deno`;
 }
 
 /**
