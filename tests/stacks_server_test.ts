@@ -1,0 +1,346 @@
+/**
+ * The stacks server as a real process on loopback, driven over HTTP:
+ * persistence across restarts, the concurrent-create race, webhook delivery
+ * to a real receiver (also after it comes back and after a restart), and the
+ * `forgekit stack` client.
+ */
+import assert from "node:assert/strict";
+import { createHmac } from "node:crypto";
+import { join } from "node:path";
+import { runForgekit, spawnForgekit } from "./support/cli.ts";
+
+const SHA = (c: string) => c.repeat(40);
+
+interface Server {
+  url: string;
+  child: Deno.ChildProcess;
+  stop(): Promise<void>;
+}
+
+async function startServer(db: string, extra: string[] = []): Promise<Server> {
+  const child = spawnForgekit(["stacks", "serve", "--db", db, "--port", "0", ...extra]);
+  const reader = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
+  let buf = "";
+  while (!buf.includes("\n")) {
+    const { value, done } = await reader.read();
+    if (done) throw new Error(`server exited: ${buf}`);
+    buf += value;
+  }
+  reader.releaseLock();
+  const m = /listening on (http:\/\/127\.0\.0\.1:\d+) \(db (.+)\)/.exec(buf);
+  assert.ok(m, buf);
+  assert.equal(m[2], db);
+  return {
+    url: m[1],
+    child,
+    async stop() {
+      child.kill("SIGTERM");
+      const status = await child.status;
+      await child.stdout.cancel().catch(() => {});
+      await child.stderr.cancel().catch(() => {});
+      assert.equal(status.code, 0, "SIGTERM stops the server cleanly");
+    },
+  };
+}
+
+async function token(db: string, user: string): Promise<string> {
+  const r = await runForgekit(["stacks", "token", "create", "--user", user, "--db", db]);
+  assert.equal(r.code, 0, r.stderr);
+  assert.match(r.stdout, /^fks_[0-9a-f]{60}\n$/);
+  return r.stdout.trim();
+}
+
+function api(base: string, tok: string) {
+  return async (method: string, path: string, body?: unknown) => {
+    const res = await fetch(`${base}${path}`, {
+      method,
+      headers: { authorization: `token ${tok}`, "content-type": "application/json" },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const text = await res.text();
+    return { status: res.status, json: text ? JSON.parse(text) : null };
+  };
+}
+
+async function seed(call: ReturnType<typeof api>, n: number, name = "app") {
+  assert.equal(
+    (await call("POST", "/user/repos", { name, allow_stacked_pull_requests: true })).status,
+    201,
+  );
+  let base = "main";
+  for (let i = 1; i <= n; i++) {
+    await call("POST", `/repos/alice/${name}/git/refs`, {
+      ref: `refs/heads/b${i}`,
+      sha: SHA(String(i % 10)),
+    });
+    assert.equal(
+      (await call("POST", `/repos/alice/${name}/pulls`, { title: `PR ${i}`, head: `b${i}`, base }))
+        .status,
+      201,
+    );
+    base = `b${i}`;
+  }
+}
+
+function freePort(): number {
+  const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = (l.addr as Deno.NetAddr).port;
+  l.close();
+  return port;
+}
+
+interface Received {
+  event: string;
+  action: string;
+  delivery: string;
+  body: Record<string, unknown>;
+}
+
+function startReceiver(port: number, secret: string, got: Received[]) {
+  return Deno.serve({ hostname: "127.0.0.1", port, onListen() {} }, async (req) => {
+    const raw = await req.text();
+    const want = `sha256=${createHmac("sha256", secret).update(raw).digest("hex")}`;
+    if (req.headers.get("x-hub-signature-256") !== want) {
+      return new Response("bad signature", { status: 401 });
+    }
+    assert.match(req.headers.get("user-agent") ?? "", /^forgekit-Hookshot\/\d+\.\d+\.\d+/);
+    const body = JSON.parse(raw);
+    got.push({
+      event: req.headers.get("x-github-event")!,
+      action: body.action,
+      delivery: req.headers.get("x-github-delivery")!,
+      body,
+    });
+    return new Response("ok");
+  });
+}
+
+async function until(what: string, cond: () => boolean | Promise<boolean>, ms = 15_000) {
+  const end = Date.now() + ms;
+  while (!(await cond())) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+Deno.test("the server keeps everything across a restart and answers under /api/v3 too", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "forgekit-srv-" });
+  const db = join(dir, "data", "stacks.db");
+  const tok = await token(db, "alice");
+  let s = await startServer(db);
+  try {
+    await seed(api(s.url, tok), 2);
+    const created = await api(s.url, tok)("POST", "/repos/alice/app/stacks", {
+      pull_requests: [1, 2],
+    });
+    assert.equal(created.status, 201);
+    await s.stop();
+    s = await startServer(db);
+    const call = api(s.url, tok);
+    const stack = await call("GET", "/api/v3/repos/alice/app/stacks/1");
+    assert.equal(stack.status, 200);
+    assert.deepEqual(stack.json.pull_requests.map((p: { number: number }) => p.number), [1, 2]);
+    assert.match(stack.json.url, /\/api\/v3\/repos\/alice\/app\/stacks\/1$/);
+    assert.equal((await call("GET", "/repos/alice/app/pulls/2")).json.stack.position, 2);
+    // curl, a real client, with the `token` scheme.
+    const curl = await new Deno.Command("curl", {
+      args: [
+        "-s",
+        "-H",
+        `Authorization: token ${tok}`,
+        `${s.url}/repos/alice/app/pulls?per_page=1`,
+        "-D",
+        "-",
+      ],
+      stdout: "piped",
+    }).output();
+    const out = new TextDecoder().decode(curl.stdout);
+    assert.match(out, /^link: .*rel="next"/im);
+    assert.match(out, /"number":2/);
+  } finally {
+    await s.stop();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("two servers on one database racing to stack overlapping pull requests: exactly one wins", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "forgekit-race-" });
+  const db = join(dir, "stacks.db");
+  const tok = await token(db, "alice");
+  const a = await startServer(db);
+  const b = await startServer(db);
+  try {
+    await seed(api(a.url, tok), 4);
+    const bodies = [[1, 2], [1, 2, 3], [2, 3], [2, 3, 4], [3, 4], [1, 2, 3, 4]];
+    const results = await Promise.all(
+      Array.from(
+        { length: 24 },
+        (_, i) =>
+          api(i % 2 ? a.url : b.url, tok)("POST", "/repos/alice/app/stacks", {
+            pull_requests: bodies[i % bodies.length],
+          }),
+      ),
+    );
+    const statuses = results.map((r) => r.status);
+    assert.ok(statuses.every((s) => s === 201 || s === 422), statuses.join(","));
+    const winners = results.filter((r) => r.status === 201);
+    // Every body overlaps every other (each contains #2 or #3, and each pair shares one), so one stack at most… at least one.
+    assert.equal(winners.length, 1, statuses.join(","));
+    const list = await api(b.url, tok)("GET", "/repos/alice/app/stacks");
+    assert.equal(list.json.length, 1);
+    assert.ok(
+      results.some((r) => r.status === 422 && /already stacked/.test(JSON.stringify(r.json))),
+    );
+  } finally {
+    await a.stop();
+    await b.stop();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("webhooks reach a receiver that checks the signature, after it comes back and after a server restart", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "forgekit-hook-" });
+  const db = join(dir, "stacks.db");
+  const tok = await token(db, "alice");
+  const port = freePort();
+  const got: Received[] = [];
+  let s = await startServer(db, ["--hook-backoff-ms", "100"]);
+  let receiver: Deno.HttpServer | null = null;
+  try {
+    const call = api(s.url, tok);
+    await call("POST", "/user/repos", { name: "app", allow_stacked_pull_requests: true });
+    const hook = await call("POST", "/repos/alice/app/hooks", {
+      config: { url: `http://127.0.0.1:${port}/hook`, secret: "hook-secret" },
+      events: ["pull_request"],
+    });
+    assert.equal(hook.status, 201);
+    await seed(call, 0, "unused");
+    await call("POST", "/repos/alice/app/git/refs", { ref: "refs/heads/b1", sha: SHA("1") });
+    await call("POST", "/repos/alice/app/git/refs", { ref: "refs/heads/b2", sha: SHA("2") });
+    // The receiver is down: opened events wait and are retried.
+    await call("POST", "/repos/alice/app/pulls", { title: "one", head: "b1", base: "main" });
+    await call("POST", "/repos/alice/app/pulls", { title: "two", head: "b2", base: "b1" });
+    await until(
+      "a failed attempt",
+      async () =>
+        (await call("GET", `/repos/alice/app/hooks/${hook.json.id}/deliveries`)).json.some((
+          d: { attempts: number },
+        ) => d.attempts > 0),
+    );
+    receiver = startReceiver(port, "hook-secret", got);
+    await until("opened deliveries", () => got.filter((g) => g.action === "opened").length === 2);
+    await call("POST", "/repos/alice/app/stacks", { pull_requests: [1, 2] });
+    await until("stacked deliveries", () => got.filter((g) => g.action === "stacked").length === 2);
+    const stacked = got.find((g) => g.action === "stacked")!;
+    assert.equal(stacked.event, "pull_request");
+    assert.equal((stacked.body.stack as { number: number }).number, 1);
+    assert.equal((stacked.body.pull_request as { stack: { size: number } }).stack.size, 2);
+    await call("PATCH", "/repos/alice/app/git/refs/heads/b2", { sha: SHA("7") });
+    await call("PATCH", "/repos/alice/app/pulls/2", { title: "two!" });
+    await call("PATCH", "/repos/alice/app/pulls/2", { state: "closed" });
+    await call("PATCH", "/repos/alice/app/pulls/2", { state: "open" });
+    await until(
+      "the other actions",
+      () =>
+        ["synchronize", "edited", "closed", "reopened"].every((a) =>
+          got.some((g) => g.action === a)
+        ),
+    );
+    assert.equal(
+      new Set(got.map((g) => g.delivery)).size,
+      got.length,
+      "each delivery has its own id",
+    );
+
+    // Down again; a change is committed; the server is stopped before it can deliver; both come back.
+    await receiver.shutdown();
+    receiver = null;
+    const before = got.length;
+    await call("PATCH", "/repos/alice/app/pulls/1", { title: "renamed while down" });
+    await s.stop();
+    receiver = startReceiver(port, "hook-secret", got);
+    s = await startServer(db, ["--hook-backoff-ms", "100"]);
+    await until(
+      "the event from before the restart",
+      () =>
+        got.slice(before).some((g) =>
+          g.action === "edited" &&
+          (g.body.pull_request as { title: string }).title === "renamed while down"
+        ),
+    );
+  } finally {
+    await receiver?.shutdown();
+    await s.stop();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("forgekit stack list/view/create/add/unstack against the running server, through auth.json", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "forgekit-client-" });
+  const db = join(dir, "stacks.db");
+  const tok = await token(db, "alice");
+  const s = await startServer(db);
+  try {
+    await seed(api(s.url, tok), 4);
+    const authFile = join(dir, "auth.json");
+    await Deno.writeTextFile(
+      authFile,
+      JSON.stringify({
+        providers: [{
+          hosts: ["127.0.0.1"],
+          provider: "codehost",
+          auth: "bearer",
+          token_env: "STACKS_TOKEN",
+        }],
+      }),
+      { mode: 0o600 },
+    );
+    const env = { FORGEKIT_AUTH_FILE: authFile, STACKS_TOKEN: tok, FORGEKIT_API_URL: s.url };
+    const fk = (args: string[]) => runForgekit(["stack", ...args, "--repo", "alice/app"], { env });
+
+    const created = await fk(["create", "1", "2"]);
+    assert.equal(created.code, 0, created.stderr);
+    assert.match(created.stdout, /^created stack #1 {2}open {4}on main {2}2 PRs: #1 #2$/m);
+    const bad = await fk(["create", "3"]);
+    assert.equal(bad.code, 1);
+    assert.equal(
+      bad.stderr,
+      `error: Validation Failed: Stack must contain at least two pull requests (POST ${s.url}/repos/alice/app/stacks returned 422)\n`,
+    );
+    const added = await fk(["add", "1", "3", "4", "--json"]);
+    assert.deepEqual(
+      JSON.parse(added.stdout).pull_requests.map((p: { number: number }) => p.number),
+      [1, 2, 3, 4],
+    );
+    const view = await fk(["view", "1"]);
+    assert.equal(view.code, 0, view.stderr);
+    assert.equal(
+      view.stdout,
+      "stack #1 open, 4 pull requests\nmain\n└─ #1 [open] PR 1 (b1)\n   └─ #2 [open] PR 2 (b2)\n      └─ #3 [open] PR 3 (b3)\n         └─ #4 [open] PR 4 (b4)\n",
+    );
+    const list = await fk(["list", "--json"]);
+    assert.deepEqual(JSON.parse(list.stdout).map((x: { number: number }) => x.number), [1]);
+    const filtered = await fk(["list", "--pull-request", "3"]);
+    assert.match(filtered.stdout, /^#1 /);
+    const un = await fk(["unstack", "1"]);
+    assert.equal(un.stdout, "stack #1 dissolved\n");
+    assert.equal((await fk(["list"])).stdout, "no stacks\n");
+    const noauth = await runForgekit([
+      "stack",
+      "create",
+      "1",
+      "2",
+      "--repo",
+      "alice/app",
+      "--api-url",
+      s.url,
+    ]);
+    assert.equal(noauth.code, 1);
+    assert.match(noauth.stderr, /^error: Requires authentication/);
+    const usage = await runForgekit(["stack", "view", "--repo", "nope"]);
+    assert.equal(usage.code, 2);
+  } finally {
+    await s.stop();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
