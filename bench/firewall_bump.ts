@@ -1,0 +1,343 @@
+/**
+ * Bump-mode figures for `deno task bench:firewall`: requests per second on
+ * kept-alive connections (HTTP/1.1, HTTP/2), MB/s for a 16 MiB download and
+ * the added latency of a new connection, as ratios to a direct connection,
+ * with squid-openssl (ssl_bump) and mitmproxy measured in the same run when
+ * installed. The client is curl for every proxy; the origin is an HTTPS
+ * server on 127.0.0.1:443 under real names (test CA), reached by the
+ * proxies through a plain CONNECT splice (startTestProxy) or, for squid, a
+ * hosts_file. Nothing leaves loopback.
+ *
+ * @module
+ */
+import { join } from "node:path";
+import { createBumpSession } from "../lib/bump/ssl_bump.ts";
+import { startTestProxy } from "../tests/support/proxy.ts";
+import { makeTestCa } from "../tests/support/tls.ts";
+
+const dec = new TextDecoder();
+const HOSTS = Array.from({ length: 12 }, (_, i) => `h${i}.github.com`);
+const BIG = new Uint8Array(16 * 1024 * 1024);
+const N = 300;
+
+interface Target {
+  name: string;
+  /** curl arguments reaching the origin through this path. */
+  args: string[];
+  close(): Promise<void>;
+}
+
+async function curl(args: string[]): Promise<string> {
+  const out = await new Deno.Command("curl", {
+    args: ["-s", ...args],
+    stdout: "piped",
+    stderr: "piped",
+  })
+    .output();
+  if (!out.success) throw new Error(`curl ${args.join(" ")}: ${dec.decode(out.stderr)}`);
+  return dec.decode(out.stdout);
+}
+
+async function waitForPort(port: number, ms = 15000): Promise<void> {
+  const until = Date.now() + ms;
+  while (Date.now() < until) {
+    try {
+      (await Deno.connect({ hostname: "127.0.0.1", port })).close();
+      return;
+    } catch {
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+  throw new Error(`Nothing listens on 127.0.0.1:${port}`);
+}
+
+function freePort(): number {
+  const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const p = l.addr.port;
+  l.close();
+  return p;
+}
+
+async function has(cmd: string): Promise<boolean> {
+  try {
+    return (await new Deno.Command("sh", { args: ["-c", `command -v ${cmd}`], stdout: "null" })
+      .output()).success;
+  } catch {
+    return false;
+  }
+}
+
+/** Sequential requests over one kept-alive connection: requests per second. */
+async function reqPerSec(t: Target, http: string): Promise<number> {
+  const cfg = await Deno.makeTempFile();
+  await Deno.writeTextFile(
+    cfg,
+    Array.from({ length: N }, () => `url = "https://h0.github.com/small"\noutput = "/dev/null"\n`)
+      .join(""),
+  );
+  const start = performance.now();
+  await curl([...t.args, http, "-K", cfg]);
+  const s = (performance.now() - start) / 1000;
+  await Deno.remove(cfg);
+  return N / s;
+}
+
+async function mbPerSec(t: Target): Promise<number> {
+  const out = await curl([
+    ...t.args,
+    "-o",
+    "/dev/null",
+    "-w",
+    "%{time_total}",
+    "https://h0.github.com/big",
+  ]);
+  return 16 / Number(out);
+}
+
+/** Median time to a response on a new connection (TCP + CONNECT + TLS + request), ms. */
+async function newConnMs(t: Target, hosts: string[]): Promise<number> {
+  const times: number[] = [];
+  for (const h of hosts) {
+    const out = await curl([
+      ...t.args,
+      "-o",
+      "/dev/null",
+      "-w",
+      "%{time_total}",
+      `https://${h}/small`,
+    ]);
+    times.push(Number(out) * 1000);
+  }
+  times.sort((a, b) => a - b);
+  return times[Math.floor(times.length / 2)];
+}
+
+async function forgekitTarget(routerUrl: string, testCa: string): Promise<Target> {
+  const sessionDir = await Deno.makeTempDir({ prefix: "fw-bench-" });
+  const bump = await createBumpSession({
+    sessionDir,
+    sessionId: "bench",
+    allowDomains: ["github.com"],
+    patterns: [],
+    upstreamCaCerts: [testCa],
+    upstreamProxy: routerUrl,
+    log: () => {},
+    debug: () => {},
+  });
+  // A minimal CONNECT front (the firewall's proxy does the same, plus policy).
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const tasks = new Set<Promise<void>>();
+  const accept = (async () => {
+    for await (const conn of listener) {
+      const task = (async () => {
+        const buf = new Uint8Array(4096);
+        const n = await conn.read(buf);
+        const [, target] = dec.decode(buf.subarray(0, n ?? 0)).split(" ");
+        const [host, port] = target.split(":");
+        await conn.write(new TextEncoder().encode("HTTP/1.1 200 Connection established\r\n\r\n"));
+        await bump.intercept(conn, host, Number(port), new Uint8Array(0));
+      })().catch(() => {});
+      tasks.add(task);
+      task.finally(() => tasks.delete(task));
+    }
+  })();
+  return {
+    name: "forgekit --ssl-bump",
+    args: ["--proxy", `http://127.0.0.1:${listener.addr.port}`, "--cacert", bump.caCertPath],
+    async close() {
+      listener.close();
+      await accept;
+      await bump.close();
+      await Promise.all(tasks);
+      await Deno.remove(sessionDir, { recursive: true });
+    },
+  };
+}
+
+async function squidTarget(testCaPath: string): Promise<Target> {
+  const dir = await Deno.makeTempDir({ prefix: "squid-bench-" });
+  await Deno.chmod(dir, 0o777);
+  const run = async (cmd: string, args: string[]) => {
+    const o = await new Deno.Command(cmd, { args, stdout: "null", stderr: "piped" }).output();
+    if (!o.success) throw new Error(`${cmd}: ${dec.decode(o.stderr)}`);
+  };
+  await run("openssl", [
+    "req",
+    "-x509",
+    "-newkey",
+    "ec",
+    "-pkeyopt",
+    "ec_paramgen_curve:P-256",
+    "-nodes",
+    "-keyout",
+    join(dir, "ca.key"),
+    "-out",
+    join(dir, "ca.pem"),
+    "-days",
+    "1",
+    "-subj",
+    "/CN=squid bench CA",
+    "-addext",
+    "basicConstraints=critical,CA:TRUE",
+    "-addext",
+    "keyUsage=critical,keyCertSign",
+  ]);
+  await run("/usr/lib/squid/security_file_certgen", [
+    "-c",
+    "-s",
+    join(dir, "ssl_db"),
+    "-M",
+    "16MB",
+  ]);
+  await run("chown", ["-R", "proxy:proxy", dir]);
+  await Deno.writeTextFile(join(dir, "hosts"), HOSTS.map((h) => `127.0.0.1 ${h}\n`).join(""));
+  const port = freePort();
+  await Deno.writeTextFile(
+    join(dir, "squid.conf"),
+    `http_port 127.0.0.1:${port} ssl-bump generate-host-certificates=on dynamic_cert_mem_cache_size=16MB cert=${
+      join(dir, "ca.pem")
+    } key=${join(dir, "ca.key")}
+sslcrtd_program /usr/lib/squid/security_file_certgen -s ${join(dir, "ssl_db")} -M 16MB
+ssl_bump bump all
+tls_outgoing_options cafile=${testCaPath}
+hosts_file ${join(dir, "hosts")}
+dns_nameservers 127.0.0.1
+http_access allow all
+cache deny all
+access_log none
+cache_log ${join(dir, "cache.log")}
+pid_filename ${join(dir, "squid.pid")}
+coredump_dir ${dir}
+shutdown_lifetime 0 seconds
+`,
+  );
+  const child = new Deno.Command("squid", {
+    args: ["-N", "-f", join(dir, "squid.conf")],
+    stdout: "null",
+    stderr: "null",
+  }).spawn();
+  await waitForPort(port);
+  return {
+    name: "squid-openssl ssl_bump",
+    args: ["--proxy", `http://127.0.0.1:${port}`, "--cacert", join(dir, "ca.pem")],
+    async close() {
+      child.kill("SIGTERM");
+      await child.status;
+      await Deno.remove(dir, { recursive: true });
+    },
+  };
+}
+
+async function mitmTarget(routerUrl: string, testCaPath: string): Promise<Target> {
+  const dir = await Deno.makeTempDir({ prefix: "mitm-bench-" });
+  const port = freePort();
+  const child = new Deno.Command("mitmdump", {
+    args: [
+      "-q",
+      "--listen-host",
+      "127.0.0.1",
+      "-p",
+      String(port),
+      "--mode",
+      `upstream:${routerUrl}`,
+      "--set",
+      `confdir=${dir}`,
+      "--set",
+      `ssl_verify_upstream_trusted_ca=${testCaPath}`,
+    ],
+    stdout: "null",
+    stderr: "null",
+  }).spawn();
+  await waitForPort(port, 30000);
+  return {
+    name: "mitmproxy (mitmdump)",
+    args: ["--proxy", `http://127.0.0.1:${port}`, "--cacert", join(dir, "mitmproxy-ca-cert.pem")],
+    async close() {
+      child.kill("SIGTERM");
+      await child.status;
+      await Deno.remove(dir, { recursive: true });
+    },
+  };
+}
+
+/**
+ * Runs the bump-mode benchmark and returns printable lines.
+ *
+ * @example
+ * ```ts
+ * for (const line of await benchBump()) console.log(line);
+ * ```
+ */
+export async function benchBump(): Promise<string[]> {
+  const ca = await makeTestCa("forgekit bench CA");
+  const leaf = await ca.issue(HOSTS);
+  const origin = Deno.serve({
+    hostname: "127.0.0.1",
+    port: 443,
+    cert: leaf.cert,
+    key: leaf.key,
+    onListen() {},
+  }, (req) => new URL(req.url).pathname === "/big" ? new Response(BIG) : new Response("ok\n"));
+  const router = startTestProxy(Object.fromEntries(HOSTS.map((h) => [`${h}:443`, 443])));
+  const direct: Target = {
+    name: "direct",
+    args: ["--cacert", ca.certPath, ...HOSTS.flatMap((h) => ["--resolve", `${h}:443:127.0.0.1`])],
+    close: () => Promise.resolve(),
+  };
+  const targets: Target[] = [direct, await forgekitTarget(router.url, ca.cert)];
+  const skipped: string[] = [];
+  if (await has("squid") && await has("/usr/lib/squid/security_file_certgen")) {
+    targets.push(await squidTarget(ca.certPath));
+  } else skipped.push("squid-openssl (not installed: apt-get install -y squid-openssl)");
+  if (await has("mitmdump")) targets.push(await mitmTarget(router.url, ca.certPath));
+  else skipped.push("mitmproxy (not installed: apt-get install -y mitmproxy)");
+
+  const rows: {
+    name: string;
+    h1: number;
+    h2: number;
+    mbs: number;
+    first: number;
+    again: number;
+  }[] = [];
+  try {
+    for (const t of targets) {
+      await curl([...t.args, "-o", "/dev/null", "https://h0.github.com/small"]); // warm up
+      rows.push({
+        name: t.name,
+        h1: await reqPerSec(t, "--http1.1"),
+        h2: await reqPerSec(t, "--http2"),
+        mbs: await mbPerSec(t),
+        // First connection to each host: a leaf is signed; then a cached leaf.
+        first: await newConnMs(t, HOSTS.slice(1)),
+        again: await newConnMs(t, HOSTS.slice(1)),
+      });
+    }
+  } finally {
+    for (const t of targets) await t.close().catch(() => {});
+    await router.close();
+    await origin.shutdown();
+  }
+  const d = rows[0];
+  const f = (n: number) => n.toFixed(n >= 100 ? 0 : 1);
+  const lines = [
+    `ssl-bump (curl client, origin on loopback; ${N} sequential requests per kept-alive run; ratio = value / direct)`,
+  ];
+  for (const r of rows) {
+    lines.push(
+      `  ${r.name.padEnd(24)} h1 ${f(r.h1)} req/s (${(r.h1 / d.h1).toFixed(2)}x) | h2 ${
+        f(r.h2)
+      } req/s (${(r.h2 / d.h2).toFixed(2)}x) | 16 MiB ${f(r.mbs)} MB/s (${
+        (r.mbs / d.mbs).toFixed(2)
+      }x) | new conn +${f(r.first - d.first)} ms first/+${f(r.again - d.again)} ms cached leaf (${
+        f(r.first)
+      }/${f(r.again)} ms)`,
+    );
+  }
+  for (const s of skipped) lines.push(`  skipped: ${s}`);
+  return lines;
+}
+
+if (import.meta.main) {
+  for (const line of await benchBump()) console.log(line);
+}
