@@ -1,45 +1,53 @@
 /**
- * A bounded least-recently-used cache of per-host values made on demand
- * (leaf certificates and the TLS terminators that present them). Concurrent
- * requests for the same key share one creation.
+ * A bounded least-recently-used cache of values made asynchronously: the
+ * leaves (and their TLS listeners) of `--ssl-bump`. Concurrent requests for
+ * the same key share one making, so a host costs one signature however many
+ * connections arrive at once.
  *
  * @module
  */
 
 /** Options of {@linkcode LeafCache}. */
 export interface LeafCacheOptions<T> {
-  /** Most entries kept; the least recently used is evicted beyond it. */
-  limit: number;
-  /** Called with an evicted (or cleared) value, e.g. to close a server. */
-  onEvict?: (value: T) => void | Promise<void>;
+  /** The most entries kept; the least recently used is evicted beyond it. */
+  capacity: number;
+  /** Called with an evicted (or cleared) value, e.g. to close a listener. */
+  onEvict?: (value: T) => void;
 }
 
 /**
+ * An LRU cache of promised values.
+ *
  * @example
  * ```ts
- * const cache = new LeafCache<string>({ limit: 1024 });
- * const cert = await cache.get("github.com", () => sign("github.com"));
+ * const cache = new LeafCache<string>({ capacity: 2 });
+ * await cache.get("a.com", () => Promise.resolve("leaf-a"));
  * ```
  */
 export class LeafCache<T> {
   #entries = new Map<string, Promise<T>>();
-  #limit: number;
-  #onEvict?: (value: T) => void | Promise<void>;
+  #capacity: number;
+  #onEvict?: (value: T) => void;
 
   constructor(options: LeafCacheOptions<T>) {
-    if (!(options.limit >= 1)) {
-      throw new RangeError(`Cache limit must be at least 1: got ${options.limit}`);
+    if (!(options.capacity >= 1)) {
+      throw new RangeError(`Cache capacity must be at least 1: got ${options.capacity}`);
     }
-    this.#limit = options.limit;
+    this.#capacity = options.capacity;
     this.#onEvict = options.onEvict;
   }
 
-  /** Number of entries held. */
+  /** The number of entries held. */
   get size(): number {
     return this.#entries.size;
   }
 
-  /** Returns the value for `key`, creating it with `make` once. A failed creation is not cached. */
+  /** Whether `key` is cached (made or being made). */
+  has(key: string): boolean {
+    return this.#entries.has(key);
+  }
+
+  /** Returns the value for `key`, making it with `make` once when missing. */
   get(key: string, make: () => Promise<T>): Promise<T> {
     const hit = this.#entries.get(key);
     if (hit) {
@@ -49,30 +57,26 @@ export class LeafCache<T> {
     }
     const made = make();
     this.#entries.set(key, made);
+    // A failed making is not cached: the next request tries again.
     made.catch(() => {
       if (this.#entries.get(key) === made) this.#entries.delete(key);
     });
-    while (this.#entries.size > this.#limit) {
+    while (this.#entries.size > this.#capacity) {
       const [oldest, value] = this.#entries.entries().next().value!;
       this.#entries.delete(oldest);
-      this.#evict(value);
+      this.#release(value);
     }
     return made;
   }
 
-  /** Evicts everything. */
-  async clear(): Promise<void> {
+  /** Evicts every entry. */
+  clear(): void {
     const values = [...this.#entries.values()];
     this.#entries.clear();
-    await Promise.all(values.map((v) => this.#evict(v)));
+    for (const v of values) this.#release(v);
   }
 
-  async #evict(value: Promise<T>): Promise<void> {
-    try {
-      const v = await value;
-      await this.#onEvict?.(v);
-    } catch {
-      // A failed creation has nothing to release.
-    }
+  #release(value: Promise<T>): void {
+    if (this.#onEvict) value.then(this.#onEvict, () => {});
   }
 }

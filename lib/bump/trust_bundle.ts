@@ -1,39 +1,39 @@
 /**
- * The trust bundle given to the sandboxed workload: the host's system roots
- * plus the session CA. The host's own trust store is only read.
+ * The trust bundle the sandbox sees with `--ssl-bump`: the system roots plus
+ * the session CA. Only the file in the session directory is written; the
+ * host's own trust store is read, never modified.
  *
  * @module
  */
 
-/** Where system root bundles live on common distributions, first found wins. */
-export const SYSTEM_BUNDLES = [
-  "/etc/ssl/certs/ca-certificates.crt",
-  "/etc/pki/tls/certs/ca-bundle.crt",
-  "/etc/ssl/ca-bundle.pem",
-  "/etc/ssl/cert.pem",
-];
-
-/** Reads the first system root bundle that exists, or "" when there is none. */
-export async function readSystemRoots(candidates: string[] = SYSTEM_BUNDLES): Promise<string> {
-  for (const path of candidates) {
-    try {
-      return await Deno.readTextFile(path);
-    } catch (err) {
-      if (!(err instanceof Deno.errors.NotFound)) throw err;
-    }
-  }
-  return "";
-}
+/** Where Debian-style systems keep the system root bundle. */
+export const SYSTEM_BUNDLE = "/etc/ssl/certs/ca-certificates.crt";
 
 /**
- * Joins system roots and the session CA into one PEM bundle (pure).
+ * Reads the system roots, or "" when the system has no bundle.
  *
  * @example
  * ```ts
- * const bundle = buildTrustBundle(await readSystemRoots(), ca.certPem, "t1");
+ * const roots = await readSystemRoots();
  * ```
  */
-export function buildTrustBundle(systemRoots: string, caPem: string, sessionId: string): string {
-  const roots = systemRoots === "" || systemRoots.endsWith("\n") ? systemRoots : systemRoots + "\n";
-  return `${roots}# forgekit session CA ${sessionId}\n${caPem}`;
+export async function readSystemRoots(path = SYSTEM_BUNDLE): Promise<string> {
+  try {
+    return await Deno.readTextFile(path);
+  } catch (e) {
+    if (e instanceof Deno.errors.NotFound) return "";
+    throw new Error(`Cannot read the system trust store: ${path}`, { cause: e });
+  }
+}
+
+/**
+ * Joins PEM bundles, each ending with a newline.
+ *
+ * @example
+ * ```ts
+ * joinBundle(["-----BEGIN CERTIFICATE-----…", caPem]);
+ * ```
+ */
+export function joinBundle(pems: string[]): string {
+  return pems.filter((p) => p.trim() !== "").map((p) => p.endsWith("\n") ? p : p + "\n").join("");
 }
