@@ -22,6 +22,47 @@ export interface AppOptions {
   store: Store;
   /** Called after a change queued webhook deliveries. */
   notify?: () => void;
+  /** Cache GET responses until the data changes (default true). */
+  cache?: boolean;
+}
+
+interface Cached {
+  version: number;
+  body: Uint8Array<ArrayBuffer>;
+  headers: [string, string][];
+  etag: string;
+}
+
+/** A small LRU of GET responses, keyed by user and URL. */
+class ResponseCache {
+  #map = new Map<string, Cached>();
+  constructor(private max = 512) {}
+  get(key: string): Cached | undefined {
+    const hit = this.#map.get(key);
+    if (hit) {
+      this.#map.delete(key);
+      this.#map.set(key, hit);
+    }
+    return hit;
+  }
+  set(key: string, value: Cached) {
+    this.#map.delete(key);
+    this.#map.set(key, value);
+    if (this.#map.size > this.max) this.#map.delete(this.#map.keys().next().value!);
+  }
+}
+
+const HEADERS_NOT_CACHED = new Set(["x-github-request-id", "etag", "content-length"]);
+
+function cachedResponse(hit: Cached, requestId: string, ifNoneMatch: string | undefined): Response {
+  const headers = new Headers(hit.headers);
+  headers.set("X-GitHub-Request-Id", requestId);
+  headers.set("ETag", hit.etag);
+  if (ifNoneMatch !== undefined && ifNoneMatch.split(",").map((s) => s.trim()).includes(hit.etag)) {
+    headers.delete("content-type");
+    return new Response(null, { status: 304, headers });
+  }
+  return new Response(hit.body, { status: 200, headers });
 }
 
 /** The SHA-256 hex of a token, as tokens are stored. */
@@ -46,21 +87,20 @@ export function createApp(options: AppOptions): Hono<Env> {
   api.route("/", stackRoutes());
   api.route("/", hookRoutes());
 
+  const cache = options.cache === false ? null : new ResponseCache();
   const app = new Hono<Env>();
   app.use("*", async (c, next) => {
-    c.header(
-      "X-GitHub-Request-Id",
-      crypto.randomUUID().replace(/-/g, "").slice(0, 20).toUpperCase(),
-    );
+    const requestId = crypto.randomUUID().replace(/-/g, "").slice(0, 20).toUpperCase();
+    c.header("X-GitHub-Request-Id", requestId);
     c.header("X-GitHub-Media-Type", "github.v3; format=json");
-    const version = c.req.header("x-github-api-version");
-    if (version !== undefined && !API_VERSIONS.includes(version)) {
+    const apiVersion = c.req.header("x-github-api-version");
+    if (apiVersion !== undefined && !API_VERSIONS.includes(apiVersion)) {
       throw new ApiError(
         400,
-        `API version ${version} is not supported (use one of: ${API_VERSIONS.join(", ")})`,
+        `API version ${apiVersion} is not supported (use one of: ${API_VERSIONS.join(", ")})`,
       );
     }
-    if (version) c.header("X-GitHub-Api-Version-Selected", version);
+    if (apiVersion) c.header("X-GitHub-Api-Version-Selected", apiVersion);
     const url = new URL(c.req.url);
     const enterprise = c.req.path === "/api/v3" || c.req.path.startsWith("/api/v3/");
     c.set("urls", { api: `${url.origin}${enterprise ? "/api/v3" : ""}`, web: url.origin });
@@ -74,18 +114,25 @@ export function createApp(options: AppOptions): Hono<Env> {
       if (!user) throw new ApiError(401, "Bad credentials");
       c.set("user", user);
     }
+    if (c.req.method !== "GET") return await next();
+    const key = `${c.get("user")?.id ?? 0} ${c.req.url}`;
+    const version = await options.store.dataVersion();
+    const hit = cache?.get(key);
+    if (hit && hit.version === version) {
+      c.res = cachedResponse(hit, requestId, c.req.header("if-none-match"));
+      return;
+    }
     await next();
-    if (c.req.method === "GET" && c.res.status === 200) {
-      const body = await c.res.clone().arrayBuffer();
-      const etag = `W/"${createHash("md5").update(new Uint8Array(body)).digest("hex")}"`;
-      const inm = c.req.header("if-none-match");
-      if (inm !== undefined && inm.split(",").map((s) => s.trim()).includes(etag)) {
-        const headers = new Headers(c.res.headers);
-        headers.delete("content-length");
-        headers.delete("content-type");
-        c.res = new Response(null, { status: 304, headers });
-      }
-      c.res.headers.set("ETag", etag);
+    if (c.res.status === 200) {
+      const body = new Uint8Array(await c.res.arrayBuffer());
+      const entry: Cached = {
+        version,
+        body,
+        headers: [...c.res.headers].filter(([k]) => !HEADERS_NOT_CACHED.has(k)),
+        etag: `W/"${createHash("md5").update(body).digest("hex")}"`,
+      };
+      cache?.set(key, entry);
+      c.res = cachedResponse(entry, requestId, c.req.header("if-none-match"));
     }
   });
   app.route("/", api);

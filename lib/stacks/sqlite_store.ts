@@ -56,6 +56,9 @@ CREATE INDEX IF NOT EXISTS deliveries_hook ON deliveries (hook_id, id);
 
 type Row = Record<string, SQLInputValue>;
 
+/** `?, ?, ?` for an IN list (lists are at most a page long, so statements stay few). */
+const marks = (n: number) => Array(n).fill("?").join(", ");
+
 const now = () => new Date().toISOString().replace(/\.\d{3}Z$/, "Z");
 
 function toRepo(r: Row): RepoRow {
@@ -240,6 +243,12 @@ class SqliteStore implements Store {
     return p;
   }
 
+  async dataVersion() {
+    // The reader's data_version moves on every commit by another connection,
+    // which includes this store's writer and other server processes.
+    return Number(this.#reader.get("PRAGMA data_version")!.data_version);
+  }
+
   async close() {
     await this.#queue;
     if (this.#reader !== this.#writer) this.#reader.close();
@@ -382,9 +391,9 @@ class SqliteStore implements Store {
   async pullsByNumbers(repoId: number, numbers: number[]) {
     if (numbers.length === 0) return [];
     return this.#r.all(
-      `${PULL_SELECT} WHERE p.repo_id = ? AND p.number IN (SELECT value FROM json_each(?))`,
+      `${PULL_SELECT} WHERE p.repo_id = ? AND p.number IN (${marks(numbers.length)})`,
       repoId,
-      JSON.stringify(numbers),
+      ...numbers,
     ).map(toPull);
   }
   async openPullsByHead(repoId: number, headRef: string) {
@@ -486,8 +495,8 @@ class SqliteStore implements Store {
   async pullsInStacks(stackIds: number[]) {
     if (stackIds.length === 0) return [];
     return this.#r.all(
-      `${PULL_SELECT} WHERE p.stack_id IN (SELECT value FROM json_each(?)) ORDER BY p.stack_id, p.stack_position`,
-      JSON.stringify(stackIds),
+      `${PULL_SELECT} WHERE p.stack_id IN (${marks(stackIds.length)}) ORDER BY p.stack_id, p.stack_position`,
+      ...stackIds,
     ).map(toPull);
   }
   async listStacks(

@@ -58,6 +58,11 @@ export interface Store {
   /** Runs `fn` in one serialised write transaction (BEGIN IMMEDIATE). */
   transaction<T>(fn: () => Promise<T>): Promise<T>;
   close(): Promise<void>;
+  /**
+   * A number that changes whenever any connection or process commits a
+   * change; equal values mean the data read before is still current.
+   */
+  dataVersion(): Promise<number>;
 
   userByLogin(login: string): Promise<UserRow | null>;
   userByTokenHash(hash: string): Promise<UserRow | null>;
