@@ -11,14 +11,68 @@
  * @module
  */
 import { join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { createBumpSession } from "../lib/bump/ssl_bump.ts";
-import { startTestProxy } from "../tests/support/proxy.ts";
 import { makeTestCa } from "../tests/support/tls.ts";
 
 const dec = new TextDecoder();
 const HOSTS = Array.from({ length: 12 }, (_, i) => `h${i}.github.com`);
 const BIG = new Uint8Array(16 * 1024 * 1024);
 const N = 300;
+
+/**
+ * A CONNECT splicer mapping the bench host names to the origin on loopback
+ * (startTestProxy's role, with TCP_NODELAY so that it does not add
+ * delayed-ACK stalls of its own to the upstream leg).
+ */
+function startRouter(originPort: number): { url: string; close(): Promise<void> } {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const conns = new Set<Deno.Conn>();
+  const pump = async (from: Deno.Conn, to: Deno.Conn) => {
+    const buf = new Uint8Array(64 * 1024);
+    try {
+      for (let n = await from.read(buf); n !== null; n = await from.read(buf)) {
+        for (let off = 0; off < n;) off += await to.write(buf.subarray(off, n));
+      }
+      await to.closeWrite();
+    } catch {
+      // the other side went away
+    }
+  };
+  const accept = (async () => {
+    for await (const conn of listener) {
+      conns.add(conn);
+      (async () => {
+        const head = new Uint8Array(4096);
+        const n = await conn.read(head);
+        const host = dec.decode(head.subarray(0, n ?? 0)).split(" ")[1]?.split(":")[0] ?? "";
+        if (!HOSTS.includes(host)) return conn.close();
+        const up = await Deno.connect({ hostname: "127.0.0.1", port: originPort });
+        conns.add(up);
+        up.setNoDelay(true);
+        conn.setNoDelay(true);
+        await conn.write(new TextEncoder().encode("HTTP/1.1 200 Connection established\r\n\r\n"));
+        await Promise.all([pump(conn, up), pump(up, conn)]);
+        conn.close();
+        up.close();
+      })().catch(() => {}).finally(() => conns.delete(conn));
+    }
+  })();
+  return {
+    url: `http://127.0.0.1:${listener.addr.port}`,
+    async close() {
+      listener.close();
+      for (const c of conns) {
+        try {
+          c.close();
+        } catch {
+          // already closed
+        }
+      }
+      await accept;
+    },
+  };
+}
 
 interface Target {
   name: string;
@@ -112,7 +166,7 @@ async function newConnMs(t: Target, hosts: string[]): Promise<number> {
   return times[Math.floor(times.length / 2)];
 }
 
-async function forgekitTarget(routerUrl: string, testCa: string): Promise<Target> {
+async function forgekitTarget(routerUrl: string | undefined, testCa: string): Promise<Target> {
   const sessionDir = await Deno.makeTempDir({ prefix: "fw-bench-" });
   const bump = await createBumpSession({
     sessionDir,
@@ -228,7 +282,7 @@ shutdown_lifetime 0 seconds
   };
 }
 
-async function mitmTarget(routerUrl: string, testCaPath: string): Promise<Target> {
+async function mitmTarget(routerUrl: string | undefined, testCaPath: string): Promise<Target> {
   const dir = await Deno.makeTempDir({ prefix: "mitm-bench-" });
   const port = freePort();
   const child = new Deno.Command("mitmdump", {
@@ -238,8 +292,7 @@ async function mitmTarget(routerUrl: string, testCaPath: string): Promise<Target
       "127.0.0.1",
       "-p",
       String(port),
-      "--mode",
-      `upstream:${routerUrl}`,
+      ...(routerUrl ? ["--mode", `upstream:${routerUrl}`] : []),
       "--set",
       `confdir=${dir}`,
       "--set",
@@ -269,6 +322,52 @@ async function mitmTarget(routerUrl: string, testCaPath: string): Promise<Target
  * ```
  */
 export async function benchBump(): Promise<string[]> {
+  if (Deno.env.get(INNER) !== "1") {
+    const lines = await inPrivateHosts();
+    if (lines) return lines;
+  }
+  return await measure(Deno.env.get(INNER) === "1");
+}
+
+const INNER = "FORGEKIT_BUMP_BENCH_INNER";
+
+/**
+ * Runs the measurement in a private mount namespace whose /etc/hosts maps the
+ * bench names to 127.0.0.1, so every proxy dials the origin directly, as in
+ * real use. Returns null when that is impossible (not root, no unshare).
+ */
+async function inPrivateHosts(): Promise<string[] | null> {
+  const hosts = await Deno.makeTempFile({ prefix: "forgekit-bench-hosts-" });
+  try {
+    await Deno.writeTextFile(hosts, `127.0.0.1 localhost ${HOSTS.join(" ")}\n::1 localhost\n`);
+    const env: Record<string, string> = { [INNER]: "1" };
+    for (const v of ["HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "ALL_PROXY"]) {
+      env[v] = "";
+    }
+    const out = await new Deno.Command("unshare", {
+      args: [
+        "-m",
+        "sh",
+        "-c",
+        'mount --bind "$0" /etc/hosts && exec "$1" run -A "$2"',
+        hosts,
+        Deno.execPath(),
+        fileURLToPath(import.meta.url),
+      ],
+      env,
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    if (!out.success) return null;
+    return dec.decode(out.stdout).trimEnd().split("\n");
+  } catch {
+    return null;
+  } finally {
+    await Deno.remove(hosts);
+  }
+}
+
+async function measure(directHosts: boolean): Promise<string[]> {
   const ca = await makeTestCa("forgekit bench CA");
   const leaf = await ca.issue(HOSTS);
   const origin = Deno.serve({
@@ -278,18 +377,18 @@ export async function benchBump(): Promise<string[]> {
     key: leaf.key,
     onListen() {},
   }, (req) => new URL(req.url).pathname === "/big" ? new Response(BIG) : new Response("ok\n"));
-  const router = startTestProxy(Object.fromEntries(HOSTS.map((h) => [`${h}:443`, 443])));
+  const router = directHosts ? null : startRouter(443);
   const direct: Target = {
     name: "direct",
     args: ["--cacert", ca.certPath, ...HOSTS.flatMap((h) => ["--resolve", `${h}:443:127.0.0.1`])],
     close: () => Promise.resolve(),
   };
-  const targets: Target[] = [direct, await forgekitTarget(router.url, ca.cert)];
+  const targets: Target[] = [direct, await forgekitTarget(router?.url, ca.cert)];
   const skipped: string[] = [];
   if (await has("squid") && await has("/usr/lib/squid/security_file_certgen")) {
     targets.push(await squidTarget(ca.certPath));
   } else skipped.push("squid-openssl (not installed: apt-get install -y squid-openssl)");
-  if (await has("mitmdump")) targets.push(await mitmTarget(router.url, ca.certPath));
+  if (await has("mitmdump")) targets.push(await mitmTarget(router?.url, ca.certPath));
   else skipped.push("mitmproxy (not installed: apt-get install -y mitmproxy)");
 
   const rows: {
@@ -315,13 +414,15 @@ export async function benchBump(): Promise<string[]> {
     }
   } finally {
     for (const t of targets) await t.close().catch(() => {});
-    await router.close();
+    await router?.close();
     await origin.shutdown();
   }
   const d = rows[0];
   const f = (n: number) => n.toFixed(n >= 100 ? 0 : 1);
   const lines = [
-    `ssl-bump (curl client, origin on loopback; ${N} sequential requests per kept-alive run; ratio = value / direct)`,
+    `ssl-bump (curl client, origin on loopback ${
+      directHosts ? "dialled directly via a private /etc/hosts" : "via a CONNECT router"
+    }; ${N} sequential requests per kept-alive run; ratio = value / direct)`,
   ];
   for (const r of rows) {
     lines.push(
