@@ -1,0 +1,282 @@
+/** `forgekit firewall`: run a command whose only way out is forgekit's filtering proxy. */
+import { join } from "node:path";
+import { CliError, parseCommandArgs, splitList, usageError, yellow } from "../cli/mod.ts";
+import { AccessLog, blockedSummary } from "./access_log.ts";
+import { domainMatches } from "./domain_policy.ts";
+import { splitDomainText, validateDomains } from "./host_validation.ts";
+import { serveProxy } from "./proxy.ts";
+import { proxyVars, runSandboxed, sandboxInit, type SandboxSpec } from "./sandbox.ts";
+import { createSession, removeStaleSessions } from "./session.ts";
+import { type BumpSession, createBumpSession } from "./ssl_bump.ts";
+import { proxyEnv } from "./upstream.ts";
+import { parseUrlPatterns } from "./url_pattern.ts";
+
+/** Help text of `forgekit firewall`. */
+export const FIREWALL_HELP =
+  `forgekit firewall: run a command that can reach the network only through forgekit's filtering proxy
+
+Usage: forgekit firewall [options] -- COMMAND [ARGS…]
+
+Domain filtering:
+  --allow-domains LIST        Comma-separated: example.com (and its subdomains), *.example.com
+                              (subdomains only), or an IP address. Empty: everything is blocked
+  --allow-domains-file FILE   More allowed domains, one per line or comma-separated, # comments
+  --block-domains LIST        Domains blocked even when allowed
+HTTPS inspection:
+  --ssl-bump                  Terminate TLS with a per-session CA and filter full URLs
+  --allow-urls LIST           URL patterns (https://host/path/*, with --ssl-bump only)
+  --no-bump-domains LIST      Allowed domains that are spliced, not inspected (certificate pinning)
+  --upstream-ca FILE          Extra CA (PEM) trusted for upstream servers (also: DENO_CERT)
+Logs and sandbox:
+  --log-level LEVEL           debug, info, warn or error (default info)
+  --log-dir DIR               Where access.log goes (default /tmp/fw-logs-<timestamp>/)
+  --no-sandbox                No namespaces: only the proxy variables are set (a program can bypass them)
+  -h, --help                  Show this help
+
+Only ports 80 and 443 are allowed. HTTPS is checked by the CONNECT host and the TLS
+SNI, which must be equal; plain HTTP by the URL's host. Exit status: COMMAND's
+(130/143 when interrupted), 2 for usage errors, 1 when the sandbox cannot be made.
+
+Examples:
+  sudo forgekit firewall --allow-domains github.com,npmjs.org -- npm ci
+  forgekit firewall --allow-domains api.github.com --ssl-bump \\
+      --allow-urls 'https://api.github.com/repos/octo/*' -- curl https://api.github.com/repos/octo/app`;
+
+const LEVELS = ["debug", "info", "warn", "error"] as const;
+
+function stamp(): string {
+  return new Date().toISOString().replace(/[-:]/g, "").replace(/\..*$/, "").replace("T", "-");
+}
+
+/** Runs `forgekit firewall …`. */
+export async function runFirewall(argv: string[]): Promise<number> {
+  if (argv[0] === "--internal-sandbox" && argv[1]) return await sandboxInit(argv[1]);
+  const dash = argv.indexOf("--");
+  const ours = dash >= 0 ? argv.slice(0, dash) : argv;
+  if (ours.includes("--help") || ours.includes("-h")) {
+    console.log(FIREWALL_HELP);
+    return 0;
+  }
+  const { values, positionals } = parseCommandArgs("forgekit firewall", ours, {
+    "allow-domains": { type: "string", multiple: true },
+    "allow-domains-file": { type: "string", multiple: true },
+    "block-domains": { type: "string", multiple: true },
+    "ssl-bump": { type: "boolean" },
+    "allow-urls": { type: "string", multiple: true },
+    "no-bump-domains": { type: "string", multiple: true },
+    "upstream-ca": { type: "string", multiple: true },
+    "log-level": { type: "string" },
+    "log-dir": { type: "string" },
+    "no-sandbox": { type: "boolean" },
+  });
+  if (positionals.length) {
+    throw usageError(`Unexpected argument: ${positionals[0]}`, "put the command after --");
+  }
+  const command = dash >= 0 ? argv.slice(dash + 1) : [];
+  if (command.length === 0) {
+    throw usageError(
+      "Missing the command to run",
+      "e.g. forgekit firewall --allow-domains github.com -- curl https://github.com",
+    );
+  }
+  const level = (values["log-level"] ?? "info") as typeof LEVELS[number];
+  if (!LEVELS.includes(level)) {
+    throw usageError(
+      `--log-level must be one of ${LEVELS.join(", ")} (got: ${level})`,
+      "e.g. --log-level debug",
+    );
+  }
+
+  const allowRaw = (values["allow-domains"] ?? []).flatMap(splitList);
+  for (const file of values["allow-domains-file"] ?? []) {
+    let text: string;
+    try {
+      text = Deno.readTextFileSync(file);
+    } catch (err) {
+      throw usageError(`Cannot read --allow-domains-file ${file}`, "check the path", err);
+    }
+    allowRaw.push(...splitDomainText(text));
+  }
+  const allow = validateDomains(allowRaw, "--allow-domains");
+  const block = validateDomains(
+    (values["block-domains"] ?? []).flatMap(splitList),
+    "--block-domains",
+  );
+  const noBump = validateDomains(
+    (values["no-bump-domains"] ?? []).flatMap(splitList),
+    "--no-bump-domains",
+  );
+  const urlList = (values["allow-urls"] ?? []).flatMap(splitList);
+  if (urlList.length && !values["ssl-bump"]) {
+    throw usageError(
+      "--allow-urls needs --ssl-bump",
+      "add --ssl-bump, or use --allow-domains for domain-level filtering",
+    );
+  }
+  if (noBump.length && !values["ssl-bump"]) {
+    throw usageError("--no-bump-domains needs --ssl-bump", "add --ssl-bump");
+  }
+  for (const d of noBump) {
+    if (!allow.some((a) => domainMatches(a, d.replace(/^\*\./, "x.")))) {
+      throw usageError(
+        `--no-bump-domains: ${d} is not an allowed domain`,
+        `add it to --allow-domains too`,
+      );
+    }
+  }
+  const patterns = values["ssl-bump"] ? parseUrlPatterns(urlList) : [];
+  const upstreamCaCerts: string[] = [];
+  for (
+    const f of [
+      ...(values["upstream-ca"] ?? []),
+      ...(Deno.env.get("DENO_CERT") ? [Deno.env.get("DENO_CERT")!] : []),
+    ]
+  ) {
+    try {
+      upstreamCaCerts.push(Deno.readTextFileSync(f));
+    } catch (err) {
+      throw usageError(`Cannot read CA file ${f}`, "check --upstream-ca / DENO_CERT", err);
+    }
+  }
+
+  const info = (line: string) => {
+    if (level === "debug" || level === "info") console.error(line);
+  };
+  const debug = level === "debug" ? (line: string) => console.error(line) : undefined;
+
+  removeStaleSessions();
+  const logDir = values["log-dir"] ?? join("/tmp", `fw-logs-${stamp()}`);
+  try {
+    Deno.mkdirSync(logDir, { recursive: true, mode: 0o700 });
+  } catch (err) {
+    throw usageError(`Cannot create --log-dir ${logDir}`, "check the path and permissions", err);
+  }
+  const session = createSession();
+  const log = new AccessLog(join(logDir, "access.log"), debug);
+  let bump: BumpSession | null = null;
+  let listener: Deno.Listener | null = null;
+  let serving: Promise<void> | null = null;
+  const cleanup = async () => {
+    listener?.close();
+    await bump?.close().catch(() => {});
+    session.remove();
+  };
+  // Cleanup also when forgekit itself is interrupted while setting up.
+  const onSignal = () => {};
+  Deno.addSignalListener("SIGINT", onSignal);
+  Deno.addSignalListener("SIGTERM", onSignal);
+  try {
+    if (values["ssl-bump"]) {
+      bump = await createBumpSession({
+        sessionDir: session.dir,
+        sessionId: session.id,
+        allowDomains: allow,
+        patterns,
+        upstreamCaCerts,
+        log: (e) => log.write(e),
+        debug: debug ?? (() => {}),
+      });
+    }
+    const noSandbox = values["no-sandbox"] === true;
+    listener = noSandbox
+      ? Deno.listen({ hostname: "127.0.0.1", port: 0 })
+      : Deno.listen({ transport: "unix", path: session.socketPath });
+    serving = serveProxy(listener, {
+      policy: { allow, block },
+      log,
+      upstream: proxyEnv(),
+      bump: bump && {
+        splice: (host) => noBump.some((d) => domainMatches(d, host)),
+        intercept: (c, h, p, hello) => bump!.intercept(c, h, p, hello),
+      },
+    });
+    const bundleInSandbox = "/etc/ssl/certs/ca-certificates.crt";
+    const caEnv = bump
+      ? Object.fromEntries(
+        [
+          "SSL_CERT_FILE",
+          "NODE_EXTRA_CA_CERTS",
+          "REQUESTS_CA_BUNDLE",
+          "CURL_CA_BUNDLE",
+          "GIT_SSL_CAINFO",
+          "DENO_CERT",
+        ]
+          .map((k) => [k, noSandbox ? bump!.trustBundlePath : bundleInSandbox]),
+      )
+      : {};
+    const sudoUid = Deno.env.get("SUDO_UID");
+    const sudoGid = Deno.env.get("SUDO_GID");
+    let code: number;
+    if (noSandbox) {
+      console.error(
+        yellow(
+          "warning: --no-sandbox: COMMAND runs without isolation; a program that ignores the proxy variables bypasses the filter",
+        ),
+      );
+      const port = (listener.addr as Deno.NetAddr).port;
+      const child = new Deno.Command(command[0], {
+        args: command.slice(1),
+        env: { ...proxyVars(port), ...caEnv },
+        stdin: "inherit",
+        stdout: "inherit",
+        stderr: "inherit",
+      }).spawn();
+      const fwd = (sig: Deno.Signal) => () => {
+        try {
+          child.kill(sig);
+        } catch { /* gone */ }
+      };
+      const a = fwd("SIGINT");
+      const b = fwd("SIGTERM");
+      Deno.addSignalListener("SIGINT", a);
+      Deno.addSignalListener("SIGTERM", b);
+      const st = await child.status;
+      Deno.removeSignalListener("SIGINT", a);
+      Deno.removeSignalListener("SIGTERM", b);
+      code = st.signal
+        ? 128 + (st.signal === "SIGINT" ? 2 : st.signal === "SIGTERM" ? 15 : 9)
+        : st.code;
+    } else {
+      const spec: SandboxSpec = {
+        sessionDir: session.dir,
+        socketPath: session.socketPath,
+        command: command[0],
+        args: command.slice(1),
+        env: Deno.env.toObject(),
+        extraEnv: caEnv,
+        bindFiles: bump
+          ? [
+            { source: bump.trustBundlePath, target: bundleInSandbox },
+            {
+              source: bump.caCertPath,
+              target: "/usr/local/share/ca-certificates/forgekit-session.crt",
+            },
+          ]
+          : [],
+        hideDirs: bump ? [bump.sslDir] : [],
+        uid: sudoUid ? Number(sudoUid) : null,
+        gid: sudoGid ? Number(sudoGid) : null,
+      };
+      code = await runSandboxed(spec);
+    }
+    return code;
+  } catch (err) {
+    if (err instanceof Deno.errors.NotFound) {
+      throw new CliError(`Cannot run ${command[0]}: command not found`, {
+        hint: "check the command name and PATH",
+        exitCode: 127,
+        cause: err,
+      });
+    }
+    throw err;
+  } finally {
+    await cleanup();
+    await Promise.race([serving, new Promise((r) => setTimeout(r, 2000))]);
+    log.close();
+    Deno.removeSignalListener("SIGINT", onSignal);
+    Deno.removeSignalListener("SIGTERM", onSignal);
+    const summary = blockedSummary(log.entries, allow);
+    if (summary && level !== "error") console.error(summary);
+    info(`forgekit firewall: access log ${log.path}`);
+  }
+}

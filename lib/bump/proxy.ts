@@ -1,0 +1,346 @@
+/**
+ * The filtering proxy: CONNECT (SNI checked, then spliced or handed to the
+ * ssl-bump interceptor) and absolute-form plain HTTP. It decides with
+ * `domain_policy.ts` and logs every connection or request.
+ */
+import type { AccessLog, AccessLogEntry } from "./access_log.ts";
+import { MAX_HELLO, parseClientHello } from "./client_hello.ts";
+import { decide, type Decision, type DomainPolicy } from "./domain_policy.ts";
+import { normalizeDomain } from "./host_validation.ts";
+import { dialHttp, dialTunnel, type UpstreamProxyEnv } from "./upstream.ts";
+
+/** What the proxy needs to run. */
+export interface ProxyOptions {
+  policy: DomainPolicy;
+  log: AccessLog;
+  upstream: UpstreamProxyEnv;
+  /** Hands a bumped CONNECT to the interceptor; null: splice everything. */
+  bump: null | {
+    /** Whether a host is spliced instead of inspected (--no-bump-domains). */
+    splice(host: string): boolean;
+    intercept(client: Deno.Conn, host: string, port: number, hello: Uint8Array): Promise<void>;
+  };
+}
+
+const enc = new TextEncoder();
+const dec = new TextDecoder();
+const HELLO_TIMEOUT_MS = 10_000;
+
+const ALLOW_HINT: Record<string, string> = {
+  "domain-policy": "add it to --allow-domains (and remove it from --block-domains)",
+  "ip-literal": "add the address to --allow-domains",
+  port: "only ports 80 and 443 are allowed",
+};
+
+function blockResponse(host: string, d: Decision): Uint8Array {
+  const body = `forgekit firewall blocked ${host}: ${d.rule} (${ALLOW_HINT[d.reason!]})\n`;
+  return enc.encode(
+    `HTTP/1.1 403 Forbidden\r\nX-Proxy-Error: blocked-by-${d.reason}\r\nContent-Type: text/plain\r\nContent-Length: ${
+      enc.encode(body).length
+    }\r\nConnection: close\r\n\r\n${body}`,
+  );
+}
+
+function close(c: Deno.Conn) {
+  try {
+    c.close();
+  } catch { /* closed */ }
+}
+
+async function readHead(conn: Deno.Conn): Promise<{ head: string; rest: Uint8Array } | null> {
+  let buf = new Uint8Array(0);
+  const chunk = new Uint8Array(16384);
+  while (buf.length < 65536) {
+    const n = await conn.read(chunk);
+    if (n === null) return null;
+    const next = new Uint8Array(buf.length + n);
+    next.set(buf);
+    next.set(chunk.subarray(0, n), buf.length);
+    buf = next;
+    for (let i = 3; i < buf.length; i++) {
+      if (buf[i - 3] === 13 && buf[i - 2] === 10 && buf[i - 1] === 13 && buf[i] === 10) {
+        return { head: dec.decode(buf.subarray(0, i - 3)), rest: buf.subarray(i + 1) };
+      }
+    }
+  }
+  return null;
+}
+
+/** Copies a → b, counting bytes; resolves when a ends. */
+async function pump(a: Deno.Conn, b: Deno.Conn, count: (n: number) => void): Promise<void> {
+  const buf = new Uint8Array(64 * 1024);
+  try {
+    while (true) {
+      const n = await a.read(buf);
+      if (n === null) break;
+      count(n);
+      let off = 0;
+      while (off < n) off += await b.write(buf.subarray(off, n));
+    }
+  } catch { /* a side went away */ }
+  try {
+    await b.closeWrite();
+  } catch { /* closed */ }
+}
+
+/** Splices two connections both ways; returns the bytes each way. */
+export async function splice(
+  client: Deno.Conn,
+  upstream: Deno.Conn,
+): Promise<{ out: number; in: number }> {
+  let out = 0;
+  let inn = 0;
+  await Promise.all([
+    pump(client, upstream, (n) => out += n),
+    pump(upstream, client, (n) => inn += n),
+  ]);
+  close(client);
+  close(upstream);
+  return { out, in: inn };
+}
+
+async function readHello(
+  conn: Deno.Conn,
+  first: Uint8Array,
+): Promise<{ bytes: Uint8Array; sni: string | null; error?: string }> {
+  let buf = first;
+  const chunk = new Uint8Array(16384);
+  const deadline = Date.now() + HELLO_TIMEOUT_MS;
+  while (true) {
+    const r = buf.length ? parseClientHello(buf) : { status: "more" as const };
+    if (r.status === "ok") return { bytes: buf, sni: r.sni };
+    if (r.status === "invalid") return { bytes: buf, sni: null, error: r.why };
+    if (buf.length > MAX_HELLO || Date.now() > deadline) {
+      return { bytes: buf, sni: null, error: "no ClientHello" };
+    }
+    const timer = setTimeout(() => close(conn), Math.max(1, deadline - Date.now()));
+    let n: number | null;
+    try {
+      n = await conn.read(chunk);
+    } catch {
+      n = null;
+    } finally {
+      clearTimeout(timer);
+    }
+    if (n === null) {
+      return { bytes: buf, sni: null, error: "connection closed before the ClientHello" };
+    }
+    const next = new Uint8Array(buf.length + n);
+    next.set(buf);
+    next.set(chunk.subarray(0, n), buf.length);
+    buf = next;
+  }
+}
+
+function parseAuthority(target: string): { host: string; port: number } | null {
+  const m = /^(\[[^\]]+\]|[^:\[\]]+):(\d{1,5})$/.exec(target);
+  if (!m) return null;
+  return { host: m[1].replace(/^\[|\]$/g, ""), port: Number(m[2]) };
+}
+
+/** Handles one client connection. */
+export async function handleClient(conn: Deno.Conn, opts: ProxyOptions): Promise<void> {
+  const started = performance.now();
+  const entry = (
+    e:
+      & Partial<AccessLogEntry>
+      & Pick<AccessLogEntry, "method" | "host" | "port" | "decision" | "rule">,
+  ) =>
+    opts.log.write({
+      time: new Date().toISOString(),
+      scheme: "https",
+      url: null,
+      status: null,
+      bytes_out: 0,
+      bytes_in: 0,
+      duration_ms: Math.round(performance.now() - started),
+      ...e,
+    });
+  let got;
+  try {
+    got = await readHead(conn);
+  } catch {
+    got = null;
+  }
+  if (!got) return close(conn);
+  const [method, target = "", version = ""] = got.head.split("\r\n")[0].split(" ");
+  if (method === "CONNECT") {
+    const at = parseAuthority(target);
+    if (!at) {
+      await conn.write(
+        enc.encode("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"),
+      ).catch(() => {});
+      return close(conn);
+    }
+    const host = normalizeDomain(at.host);
+    const d = decide(opts.policy, host, at.port);
+    if (!d.allowed) {
+      entry({
+        method,
+        host,
+        port: at.port,
+        decision: "blocked",
+        rule: d.rule,
+        status: 403,
+        reason: `blocked-by-${d.reason}`,
+      });
+      await conn.write(blockResponse(host, d)).catch(() => {});
+      return close(conn);
+    }
+    await conn.write(enc.encode("HTTP/1.1 200 Connection established\r\n\r\n"));
+    const hello = await readHello(conn, got.rest);
+    const sni = hello.sni === null ? null : normalizeDomain(hello.sni);
+    if (sni !== host) {
+      entry({
+        method,
+        host,
+        port: at.port,
+        decision: "blocked",
+        rule: "sni-mismatch",
+        reason: hello.error ??
+          (sni === null ? "ClientHello has no SNI" : `SNI ${sni} is not the CONNECT host ${host}`),
+      });
+      return close(conn);
+    }
+    if (opts.bump && !opts.bump.splice(host)) {
+      return await opts.bump.intercept(conn, host, at.port, hello.bytes);
+    }
+    let upstream: Deno.Conn;
+    try {
+      upstream = await dialTunnel(opts.upstream, host, at.port);
+    } catch (err) {
+      entry({
+        method,
+        host,
+        port: at.port,
+        decision: "allowed",
+        rule: d.rule,
+        reason: `upstream error: ${(err as Error).message}`,
+      });
+      return close(conn);
+    }
+    await upstream.write(hello.bytes);
+    const bytes = await splice(conn, upstream);
+    entry({
+      method,
+      host,
+      port: at.port,
+      decision: "allowed",
+      rule: d.rule,
+      status: 200,
+      bytes_out: bytes.out + hello.bytes.length,
+      bytes_in: bytes.in,
+    });
+    return;
+  }
+  // Plain HTTP: only absolute-form requests.
+  let url: URL | null = null;
+  try {
+    url = /^https?:\/\//i.test(target) ? new URL(target) : null;
+  } catch { /* refused below */ }
+  if (!url || url.protocol !== "http:" || !/^HTTP\/1\.[01]$/.test(version)) {
+    entry({
+      method: method || "?",
+      host: "",
+      port: 0,
+      scheme: "http",
+      decision: "blocked",
+      rule: "not-a-proxy-request",
+      status: 400,
+    });
+    await conn.write(
+      enc.encode(
+        "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: 52\r\nConnection: close\r\n\r\nforgekit firewall accepts CONNECT and http:// URLs\n\n",
+      ),
+    ).catch(() => {});
+    return close(conn);
+  }
+  const host = normalizeDomain(url.hostname);
+  const port = Number(url.port || 80);
+  const d = decide(opts.policy, host, port);
+  if (!d.allowed) {
+    entry({
+      method,
+      host,
+      port,
+      scheme: "http",
+      url: url.href,
+      decision: "blocked",
+      rule: d.rule,
+      status: 403,
+      reason: `blocked-by-${d.reason}`,
+    });
+    await conn.write(blockResponse(host, d)).catch(() => {});
+    return close(conn);
+  }
+  let up;
+  try {
+    up = await dialHttp(opts.upstream, host, port);
+  } catch (err) {
+    entry({
+      method,
+      host,
+      port,
+      scheme: "http",
+      url: url.href,
+      decision: "allowed",
+      rule: d.rule,
+      status: 502,
+      reason: `upstream error: ${(err as Error).message}`,
+    });
+    await conn.write(
+      enc.encode(
+        "HTTP/1.1 502 Bad Gateway\r\nX-Proxy-Error: upstream-error\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+      ),
+    ).catch(() => {});
+    return close(conn);
+  }
+  // One request per client connection: the next request comes on a new
+  // connection and is checked on its own.
+  const lines = got.head.split("\r\n");
+  lines[0] = `${method} ${up.viaProxy ? url.href : `${url.pathname}${url.search}`} ${version}`;
+  const headers = lines.slice(1).filter((l) =>
+    !/^(proxy-connection|proxy-authorization|connection|keep-alive):/i.test(l)
+  );
+  const head = [lines[0], ...headers, "Connection: close", "", ""].join("\r\n");
+  await up.conn.write(enc.encode(head));
+  if (got.rest.length) await up.conn.write(got.rest);
+  let status: number | null = null;
+  const bytes = await splice(conn, {
+    // Peek at the status line as the response streams through.
+    read: async (p: Uint8Array) => {
+      const n = await up.conn.read(p);
+      if (status === null && n) {
+        status = Number(dec.decode(p.subarray(0, Math.min(n, 16))).split(" ")[1]) || null;
+      }
+      return n;
+    },
+    write: (p: Uint8Array) => up.conn.write(p),
+    closeWrite: () => up.conn.closeWrite(),
+    close: () => up.conn.close(),
+  } as unknown as Deno.Conn);
+  entry({
+    method,
+    host,
+    port,
+    scheme: "http",
+    url: url.href,
+    decision: "allowed",
+    rule: d.rule,
+    status,
+    bytes_out: bytes.out + got.rest.length,
+    bytes_in: bytes.in,
+  });
+}
+
+/** Serves a listener until it is closed; resolves when every connection ended. */
+export async function serveProxy(listener: Deno.Listener, opts: ProxyOptions): Promise<void> {
+  const live = new Set<Promise<void>>();
+  try {
+    for await (const conn of listener) {
+      const p = handleClient(conn, opts).catch(() => close(conn)).finally(() => live.delete(p));
+      live.add(p);
+    }
+  } catch { /* listener closed */ }
+  await Promise.allSettled([...live]);
+}
