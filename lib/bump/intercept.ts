@@ -302,10 +302,15 @@ export class Interceptor {
   }
 
   #websocket(req: Request, target: string, logged: (status: number) => void): Response {
-    const { socket, response } = Deno.upgradeWebSocket(req);
-    const protocols = req.headers.get("sec-websocket-protocol")?.split(",").map((s) => s.trim());
+    // Headers are unreadable once the request is upgraded.
+    const protocols = req.headers.get("sec-websocket-protocol")?.split(",").map((s) => s.trim())
+      .filter((s) => s !== "");
+    // The first offered subprotocol is accepted (upstream is asked for the same list).
+    const { socket, response } = Deno.upgradeWebSocket(req, { protocol: protocols?.[0] });
     const wssUrl = target.replace(/^https:/, "wss:");
-    const upstream = new WebSocket(wssUrl, protocols);
+    // The client option carries the upstream trust (--upstream-ca) and proxy.
+    const init = { protocols, client: this.#opts.client } as unknown as string[];
+    const upstream = new WebSocket(wssUrl, init);
     upstream.binaryType = "arraybuffer";
     const pending: (string | ArrayBuffer)[] = [];
     socket.onmessage = (e) => {
