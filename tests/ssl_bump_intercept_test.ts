@@ -326,3 +326,41 @@ Deno.test("the leaf served for a bumped host verifies against the session CA wit
     await f.close();
   }
 });
+
+Deno.test("the internal TLS listener refuses connections that intercept() did not make", async () => {
+  const f = await startFixture([]);
+  try {
+    const before = await listeningPorts();
+    const ok = await curl(f, [...W, "https://api.github.com/x"]);
+    assert.equal(ok.out, "origin /x\n200 2 \n");
+    // The listener made for api.github.com is the one new loopback port of this process.
+    const added = (await listeningPorts()).filter((p) => !before.includes(p));
+    assert.equal(added.length, 1, `new listeners: ${added}`);
+    const direct = await new Deno.Command("curl", {
+      args: [
+        "-s",
+        "--cacert",
+        f.caCertPath,
+        "--resolve",
+        `api.github.com:${added[0]}:127.0.0.1`,
+        "-w",
+        "%{http_code}",
+        "-o",
+        "/dev/null",
+        `https://api.github.com:${added[0]}/x`,
+      ],
+      stdout: "piped",
+    }).output();
+    assert.equal(dec.decode(direct.stdout), "403");
+    assert.deepEqual(f.originPaths(), ["/x"]);
+  } finally {
+    await f.close();
+  }
+});
+
+async function listeningPorts(): Promise<number[]> {
+  const out = await new Deno.Command("ss", { args: ["-Hltnp"], stdout: "piped" }).output();
+  return dec.decode(out.stdout).split("\n")
+    .filter((l) => l.includes(`pid=${Deno.pid},`) && l.includes("127.0.0.1:"))
+    .map((l) => Number(l.match(/127\.0\.0\.1:(\d+)/)![1]));
+}
