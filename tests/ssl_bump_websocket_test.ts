@@ -1,0 +1,163 @@
+/**
+ * WebSocket over a bumped connection: an allowed `wss://` handshake is
+ * relayed to the real origin (trusted only through `upstreamCaCerts`, reached
+ * only through the upstream proxy) and frames flow both ways; a handshake to
+ * a path no pattern allows never reaches the origin.
+ */
+import assert from "node:assert/strict";
+import { type BumpLogEntry, createBumpSession } from "../lib/bump/ssl_bump.ts";
+import { parseUrlPatterns } from "../lib/bump/url_pattern.ts";
+import { startTestProxy } from "./support/proxy.ts";
+import { makeTestCa } from "./support/tls.ts";
+
+const dec = new TextDecoder();
+
+async function readClientHello(conn: Deno.Conn): Promise<Uint8Array> {
+  let buf = new Uint8Array(0);
+  const chunk = new Uint8Array(16384);
+  while (buf.length < 5 || buf.length < 5 + ((buf[3] << 8) | buf[4])) {
+    const n = await conn.read(chunk);
+    if (n === null) break;
+    const next = new Uint8Array(buf.length + n);
+    next.set(buf);
+    next.set(chunk.subarray(0, n), buf.length);
+    buf = next;
+  }
+  return buf;
+}
+
+/** Origins that echo WebSocket frames, a bump session, and a minimal CONNECT front. */
+async function startFixture(allowUrls: string[]) {
+  // Its own origin: startOrigins' request recording clones the request, which breaks upgrades.
+  const ca = await makeTestCa();
+  const leaf = await ca.issue(["api.github.com"]);
+  const hits: string[] = [];
+  const origin = Deno.serve(
+    { hostname: "127.0.0.1", port: 0, cert: leaf.cert, key: leaf.key, onListen() {} },
+    (req) => {
+      hits.push(new URL(req.url).pathname);
+      if (req.headers.get("upgrade")?.toLowerCase() !== "websocket") {
+        return new Response("not found\n", { status: 404 });
+      }
+      const { socket, response } = Deno.upgradeWebSocket(req);
+      socket.binaryType = "arraybuffer";
+      socket.onmessage = (e) => {
+        if (typeof e.data === "string") socket.send(`echo:${e.data}`);
+        else socket.send(new Uint8Array(e.data as ArrayBuffer).map((b) => b ^ 0xff));
+      };
+      return response;
+    },
+  );
+  const proxy = startTestProxy({ "api.github.com:443": origin.addr.port });
+  const sessionDir = await Deno.makeTempDir({ prefix: "fw-test-" });
+  const logs: BumpLogEntry[] = [];
+  const bump = await createBumpSession({
+    sessionDir,
+    sessionId: "ws",
+    allowDomains: ["github.com"],
+    patterns: parseUrlPatterns(allowUrls),
+    upstreamCaCerts: [ca.cert],
+    upstreamProxy: proxy.url,
+    log: (e) => logs.push(e),
+    debug: () => {},
+  });
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const tasks: Promise<void>[] = [];
+  const accept = (async () => {
+    for await (const conn of listener) {
+      tasks.push(
+        (async () => {
+          const head = new Uint8Array(4096);
+          const n = await conn.read(head);
+          const [, target] = dec.decode(head.subarray(0, n ?? 0)).split("\r\n")[0].split(" ");
+          const [host, port] = target.split(":");
+          await conn.write(new TextEncoder().encode("HTTP/1.1 200 Connection established\r\n\r\n"));
+          await bump.intercept(conn, host, Number(port), await readClientHello(conn));
+        })().catch(() => {}),
+      );
+    }
+  })();
+  const client = Deno.createHttpClient({
+    proxy: { url: `http://127.0.0.1:${listener.addr.port}` },
+    caCerts: [await Deno.readTextFile(bump.caCertPath)],
+  });
+  return {
+    hits,
+    logs,
+    client,
+    async close() {
+      client.close();
+      listener.close();
+      await accept;
+      await bump.close();
+      await Promise.all(tasks);
+      await proxy.close();
+      await origin.shutdown();
+      await Deno.remove(sessionDir, { recursive: true });
+    },
+  };
+}
+
+/** Opens a WebSocket through the bump front; resolves on open or on failure. */
+function open(url: string, client: Deno.HttpClient): Promise<WebSocket | null> {
+  // `client` is accepted by Deno's WebSocket (experimental option).
+  const ws = new WebSocket(url, { client } as unknown as string[]);
+  ws.binaryType = "arraybuffer";
+  return new Promise((resolve) => {
+    ws.onopen = () => resolve(ws);
+    ws.onerror = () => resolve(null);
+    ws.onclose = () => resolve(null);
+  });
+}
+
+function next(ws: WebSocket): Promise<string | ArrayBuffer> {
+  return new Promise((resolve, reject) => {
+    ws.onmessage = (e) => resolve(e.data);
+    ws.onclose = () => reject(new Error("WebSocket closed before a message arrived"));
+  });
+}
+
+function closed(ws: WebSocket): Promise<void> {
+  return new Promise((resolve) => {
+    if (ws.readyState === WebSocket.CLOSED) return resolve();
+    ws.onclose = () => resolve();
+  });
+}
+
+Deno.test("an allowed wss:// handshake is relayed to the origin and frames flow both ways", async () => {
+  const f = await startFixture(["https://api.github.com/allowed/*"]);
+  try {
+    const ws = await open("wss://api.github.com/allowed/socket", f.client);
+    assert.ok(ws, "the allowed WebSocket handshake succeeds");
+    ws.send("hello");
+    assert.equal(await next(ws), "echo:hello");
+    ws.send(new Uint8Array([1, 2, 3]));
+    assert.deepEqual([...new Uint8Array((await next(ws)) as ArrayBuffer)], [254, 253, 252]);
+    const done = closed(ws);
+    ws.close();
+    await done;
+    assert.deepEqual(f.hits, ["/allowed/socket"]);
+    const entry = f.logs.find((e) => e.url === "https://api.github.com/allowed/socket");
+    assert.ok(entry, "the handshake is logged with its full URL");
+    assert.equal(entry.decision, "allowed");
+    assert.equal(entry.status, 101);
+    assert.equal(entry.pattern, "https://api.github.com/allowed/*");
+  } finally {
+    await f.close();
+  }
+});
+
+Deno.test("a wss:// handshake to a path no pattern allows never reaches the origin", async () => {
+  const f = await startFixture(["https://api.github.com/allowed/*"]);
+  try {
+    const ws = await open("wss://api.github.com/allowed/../secret", f.client);
+    assert.equal(ws, null);
+    assert.deepEqual(f.hits, []);
+    const entry = f.logs.find((e) => e.decision === "blocked");
+    assert.ok(entry, "the blocked handshake is logged");
+    assert.equal(entry.url, "https://api.github.com/secret");
+    assert.equal(entry.status, 403);
+  } finally {
+    await f.close();
+  }
+});
