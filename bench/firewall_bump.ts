@@ -4,9 +4,10 @@
  * the added latency of a new connection, as ratios to a direct connection,
  * with squid-openssl (ssl_bump) and mitmproxy measured in the same run when
  * installed. The client is curl for every proxy; the origin is an HTTPS
- * server on 127.0.0.1:443 under real names (test CA), reached by the
- * proxies through a plain CONNECT splice (startTestProxy) or, for squid, a
- * hosts_file. Nothing leaves loopback.
+ * server on 127.0.0.1:443 under real names (test CA). As root the run happens
+ * in private network and mount namespaces whose /etc/hosts maps those names
+ * to 127.0.0.1, so every proxy dials the origin directly; otherwise through a
+ * CONNECT router (squid skipped). Nothing leaves loopback.
  *
  * @module
  */
@@ -332,8 +333,8 @@ export async function benchBump(): Promise<string[]> {
 const INNER = "FORGEKIT_BUMP_BENCH_INNER";
 
 /**
- * Runs the measurement in a private mount namespace whose /etc/hosts maps the
- * bench names to 127.0.0.1, so every proxy dials the origin directly, as in
+ * Runs the measurement in private network and mount namespaces (own loopback,
+ * own port 443) whose /etc/hosts maps the bench names to 127.0.0.1, so every proxy dials the origin directly, as in
  * real use. Returns null when that is impossible (not root, no unshare).
  */
 async function inPrivateHosts(): Promise<string[] | null> {
@@ -347,9 +348,10 @@ async function inPrivateHosts(): Promise<string[] | null> {
     const out = await new Deno.Command("unshare", {
       args: [
         "-m",
+        "-n",
         "sh",
         "-c",
-        'mount --bind "$0" /etc/hosts && exec "$1" run -A "$2"',
+        'ip link set lo up && mount --bind "$0" /etc/hosts && exec "$1" run -A "$2"',
         hosts,
         Deno.execPath(),
         fileURLToPath(import.meta.url),
@@ -372,20 +374,26 @@ async function measure(directHosts: boolean): Promise<string[]> {
   const leaf = await ca.issue(HOSTS);
   const origin = Deno.serve({
     hostname: "127.0.0.1",
-    port: 443,
+    port: directHosts ? 443 : 0,
     cert: leaf.cert,
     key: leaf.key,
     onListen() {},
   }, (req) => new URL(req.url).pathname === "/big" ? new Response(BIG) : new Response("ok\n"));
-  const router = directHosts ? null : startRouter(443);
+  const router = directHosts ? null : startRouter(origin.addr.port);
   const direct: Target = {
     name: "direct",
-    args: ["--cacert", ca.certPath, ...HOSTS.flatMap((h) => ["--resolve", `${h}:443:127.0.0.1`])],
+    args: [
+      "--cacert",
+      ca.certPath,
+      ...HOSTS.flatMap((h) => ["--connect-to", `${h}:443:127.0.0.1:${origin.addr.port}`]),
+    ],
     close: () => Promise.resolve(),
   };
   const targets: Target[] = [direct, await forgekitTarget(router?.url, ca.cert)];
   const skipped: string[] = [];
-  if (await has("squid") && await has("/usr/lib/squid/security_file_certgen")) {
+  if (!directHosts) {
+    skipped.push("squid-openssl (needs the private namespace: run as root with unshare)");
+  } else if (await has("squid") && await has("/usr/lib/squid/security_file_certgen")) {
     targets.push(await squidTarget(ca.certPath));
   } else skipped.push("squid-openssl (not installed: apt-get install -y squid-openssl)");
   if (await has("mitmdump")) targets.push(await mitmTarget(router?.url, ca.certPath));

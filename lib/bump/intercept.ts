@@ -292,8 +292,13 @@ export class Interceptor {
           bytes_out: bytesOut,
         }),
       );
-    const respBody = upstream.body ? upstream.body.pipeThrough(counter(done)) : null;
-    if (!upstream.body) done(0);
+    // With a declared length the body is passed through untouched (no
+    // per-chunk transform) and the declared length is logged.
+    const declared = Number(upstream.headers.get("content-length") ?? NaN);
+    let respBody: ReadableStream<Uint8Array> | null = upstream.body;
+    if (!respBody) done(0);
+    else if (Number.isSafeInteger(declared)) done(declared);
+    else respBody = respBody.pipeThrough(counter(done));
     const headers = stripHopByHop(upstream.headers);
     // Deno.serve answers a streamed body with a content-length ~20 ms late per
     // request on HTTP/1.1 (measured); chunked framing is immediate.
