@@ -138,9 +138,18 @@ function parseAuthority(target: string): { host: string; port: number } | null {
   return { host: m[1].replace(/^\[|\]$/g, ""), port: Number(m[2]) };
 }
 
+/** Turns off Nagle's algorithm on TCP connections (small writes must not wait for ACKs). */
+export function noDelay(conn: Deno.Conn): Deno.Conn {
+  if ("setNoDelay" in conn && conn.remoteAddr.transport === "tcp") {
+    (conn as Deno.TcpConn).setNoDelay(true);
+  }
+  return conn;
+}
+
 /** Handles one client connection. */
 export async function handleClient(conn: Deno.Conn, opts: ProxyOptions): Promise<void> {
   const started = performance.now();
+  noDelay(conn);
   const entry = (
     e:
       & Partial<AccessLogEntry>
@@ -207,7 +216,7 @@ export async function handleClient(conn: Deno.Conn, opts: ProxyOptions): Promise
     }
     let upstream: Deno.Conn;
     try {
-      upstream = await dialTunnel(opts.upstream, host, at.port);
+      upstream = noDelay(await dialTunnel(opts.upstream, host, at.port));
     } catch (err) {
       entry({
         method,
@@ -276,6 +285,7 @@ export async function handleClient(conn: Deno.Conn, opts: ProxyOptions): Promise
   let up;
   try {
     up = await dialHttp(opts.upstream, host, port);
+    noDelay(up.conn);
   } catch (err) {
     entry({
       method,

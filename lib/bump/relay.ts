@@ -2,13 +2,14 @@
  * The relay inside the sandbox: listens on 127.0.0.1 in the sandbox's network
  * namespace and passes each connection to the proxy's Unix socket.
  */
-import { splice } from "./proxy.ts";
+import { noDelay, splice } from "./proxy.ts";
 
 /** Starts the relay; returns its port and a function that stops it. */
 export function startRelay(socketPath: string): { port: number; stop(): void } {
   const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
   (async () => {
     for await (const conn of listener) {
+      noDelay(conn);
       Deno.connect({ transport: "unix", path: socketPath })
         .then((up) => splice(conn, up))
         .catch(() => conn.close());
