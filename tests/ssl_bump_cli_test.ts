@@ -1,0 +1,309 @@
+/**
+ * `forgekit firewall --ssl-bump` end to end: the real command, real clients
+ * inside the sandbox (curl over HTTP/1.1 and HTTP/2, git, python3 urllib,
+ * Deno fetch), HTTPS origins on loopback reached under real names through a
+ * test upstream proxy (the firewall's own HTTPS_PROXY), origin certificates
+ * from a test CA given with --upstream-ca.
+ */
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { runForgekit, spawnForgekit } from "./support/cli.ts";
+import { gitCgi, makeBareRepo } from "./support/git_server.ts";
+import { assertNamespaces, needsNamespaces } from "./support/namespaces.ts";
+import { startOrigins } from "./support/origin.ts";
+
+const repo = await makeBareRepo();
+const o = await startOrigins(["api.example", "pinned.example", "git.example"], (req, hit) => {
+  if (hit.host === "git.example") return gitCgi(req, repo.root);
+  return new Response(`hello ${hit.host} ${hit.path}\n`);
+});
+const logDir = await Deno.makeTempDir({ prefix: "forgekit-bumplogs-" });
+const HOST_BUNDLE = "/etc/ssl/certs/ca-certificates.crt";
+
+/** The origin leaf's public-key pin, as curl --pinnedpubkey wants it. */
+async function originPin(): Promise<string> {
+  const out = await new Deno.Command("sh", {
+    args: [
+      "-c",
+      `openssl s_client -connect api.example:443 -proxy 127.0.0.1:${o.proxy.port} ` +
+      `-servername api.example </dev/null 2>/dev/null | openssl x509 -pubkey -noout | ` +
+      `openssl pkey -pubin -outform der | openssl dgst -sha256 -binary | base64`,
+    ],
+    stdout: "piped",
+  }).output();
+  return new TextDecoder().decode(out.stdout).trim();
+}
+
+function firewall(args: string[], command: string[]) {
+  return runForgekit(
+    [
+      "firewall",
+      "--log-dir",
+      logDir,
+      "--allow-domains",
+      "api.example,pinned.example,git.example",
+      "--ssl-bump",
+      "--upstream-ca",
+      o.ca.certPath,
+      ...args,
+      "--",
+      ...command,
+    ],
+    {
+      // No DENO_CERT: only --upstream-ca makes the origins trusted upstream.
+      env: { HTTPS_PROXY: o.proxy.url, HTTP_PROXY: o.proxy.url, PATH: Deno.env.get("PATH")! },
+      timeoutMs: 90_000,
+    },
+  );
+}
+
+const sh = (script: string) => ["sh", "-c", script];
+// Inside the sandbox curl trusts the bind-mounted bundle (CURL_CA_BUNDLE).
+const curl = "curl -sS -m 10";
+const code = "-o /dev/null -w '%{http_code} %header{x-proxy-error}'";
+
+function readLog(): Record<string, unknown>[] {
+  return Deno.readTextFileSync(join(logDir, "access.log")).trim().split("\n").map((l) =>
+    JSON.parse(l)
+  );
+}
+
+function sessionDirs(): string[] {
+  return [...Deno.readDirSync("/tmp")].filter((e) => /^fw-\d{8}-\d{6}-/.test(e.name)).map((e) =>
+    e.name
+  );
+}
+
+Deno.test(
+  "real clients inside the sandbox pass on allowed URLs and get 403 blocked-by-url-policy elsewhere",
+  needsNamespaces,
+  async () => {
+    assertNamespaces();
+    const trustBefore = await Deno.readFile(HOST_BUNDLE);
+    const r = await firewall(
+      ["--allow-urls", "https://api.example/allowed/*,https://git.example/repo.git/**"],
+      sh([
+        `echo "h1-ok $(${curl} --http1.1 https://api.example/allowed/x)"`,
+        `echo "h1-no $(${curl} --http1.1 ${code} https://api.example/secret)"`,
+        `echo "h2-ok $(${curl} --http2 -o /dev/null -w '%{http_code} %{http_version}' https://api.example/allowed/y)"`,
+        `echo "h2-no $(${curl} --http2 ${code} https://api.example/secret)"`,
+        `echo "py-ok $(python3 -c 'import urllib.request as u; print(u.urlopen("https://api.example/allowed/py").read().decode().strip())')"`,
+        `echo "py-no $(python3 -c 'import urllib.request as u, urllib.error as e
+try: u.urlopen("https://api.example/secret")
+except e.HTTPError as x: print(x.code, x.headers["x-proxy-error"])')"`,
+        `echo "deno-ok $(deno eval 'console.log((await (await fetch("https://api.example/allowed/deno")).text()).trim())')"`,
+        `echo "deno-no $(deno eval 'const r = await fetch("https://api.example/secret"); await r.body?.cancel(); console.log(r.status, r.headers.get("x-proxy-error"))')"`,
+        `git clone -q https://git.example/repo.git /tmp/clone-$$ && echo "git-ok $(ls /tmp/clone-$$)"; rm -rf /tmp/clone-$$`,
+        `echo "sessions $(ls -d /tmp/fw-2*/ssl | wc -l)"`,
+        `echo "key $(cat /tmp/fw-2*/ssl/ca-key.pem 2>/dev/null | head -c 30 || true)end"`,
+        `echo "ca-in-store $(grep -c 'BEGIN CERTIFICATE' /usr/local/share/ca-certificates/forgekit-session.crt)"`,
+      ].join("; ")),
+    );
+    assert.equal(r.code, 0, r.stderr);
+    const lines = Object.fromEntries(
+      r.stdout.trim().split("\n").map((l) => [l.split(" ")[0], l.slice(l.indexOf(" ") + 1)]),
+    );
+    assert.equal(lines["h1-ok"], "hello api.example /allowed/x");
+    assert.equal(lines["h1-no"], "403 blocked-by-url-policy");
+    assert.equal(lines["h2-ok"], "200 2");
+    assert.equal(lines["h2-no"], "403 blocked-by-url-policy");
+    assert.equal(lines["py-ok"], "hello api.example /allowed/py");
+    assert.equal(lines["py-no"], "403 blocked-by-url-policy");
+    assert.equal(lines["deno-ok"], "hello api.example /allowed/deno");
+    assert.equal(lines["deno-no"], "403 blocked-by-url-policy");
+    assert.match(lines["git-ok"] ?? "", /README/, r.stdout);
+    assert.notEqual(lines["sessions"], "0", "the session directory is visible inside");
+    assert.equal(lines["key"], "end", "the CA key is unreadable inside the sandbox");
+    assert.equal(lines["ca-in-store"], "1");
+    assert.ok(!o.hits.some((h) => h.path === "/secret"), "no blocked request reached the origin");
+    assert.deepEqual(await Deno.readFile(HOST_BUNDLE), trustBefore, "host trust store unchanged");
+    const log = readLog();
+    const allowed = log.find((e) => e.url === "https://api.example/allowed/x");
+    assert.equal(allowed?.decision, "allowed");
+    assert.equal(allowed?.status, 200);
+    assert.equal(allowed?.pattern, "https://api.example/allowed/*");
+    const blocked = log.find((e) => e.url === "https://api.example/secret");
+    assert.equal(blocked?.decision, "blocked");
+    assert.equal(blocked?.status, 403);
+    assert.match(r.stderr, /api\.example[\s\S]*https:\/\/api\.example\/secret/);
+  },
+);
+
+Deno.test(
+  "evasions through the firewall are blocked: kept-alive second request, h2 stream, dot segments, %2F, Host header",
+  needsNamespaces,
+  async () => {
+    assertNamespaces();
+    const r = await firewall(
+      ["--allow-urls", "https://api.example/allowed/*"],
+      sh([
+        `echo "keepalive $(${curl} --http1.1 -o /dev/null -o /dev/null -w '%{http_code}%{num_connects},' https://api.example/allowed/a https://api.example/secret)"`,
+        `echo "h2multi $(${curl} --http2 --parallel -o /dev/null -o /dev/null -w '%{http_code},' https://api.example/allowed/a https://api.example/secret | tr ',' '\\n' | sort | tr '\\n' ',')"`,
+        `echo "dots $(${curl} --path-as-is ${code} https://api.example/allowed/../secret)"`,
+        `echo "encdots $(${curl} --path-as-is ${code} https://api.example/allowed/%2e%2e/secret)"`,
+        `echo "slash $(${curl} ${code} https://api.example/allowed%2Fsecret)"`,
+        `echo "host $(${curl} ${code} -H 'Host: pinned.example' https://api.example/allowed/a)"`,
+      ].join("; ")),
+    );
+    assert.equal(r.code, 0, r.stderr);
+    const lines = Object.fromEntries(
+      r.stdout.trim().split("\n").map((l) => [l.split(" ")[0], l.slice(l.indexOf(" ") + 1)]),
+    );
+    // Two responses over one connection: 200 (1 connect) then 403 (0 new connects).
+    assert.equal(lines["keepalive"], "2001,4030,");
+    assert.equal(lines["h2multi"], "200,403,");
+    assert.equal(lines["dots"], "403 blocked-by-url-policy");
+    assert.equal(lines["encdots"], "403 blocked-by-url-policy");
+    assert.equal(lines["slash"], "403 blocked-by-url-policy");
+    assert.equal(lines["host"], "403 blocked-by-host-mismatch");
+    assert.ok(
+      !o.hits.some((h) => /secret/.test(h.path) || h.host === "pinned.example"),
+      JSON.stringify(o.hits.map((h) => h.host + h.path)),
+    );
+  },
+);
+
+Deno.test(
+  "a pinning client fails on bumped hosts and works on --no-bump-domains hosts",
+  needsNamespaces,
+  async () => {
+    assertNamespaces();
+    const pin = await originPin();
+    assert.match(pin, /^[A-Za-z0-9+/]{43}=$/);
+    const r = await firewall(
+      ["--no-bump-domains", "pinned.example"],
+      sh([
+        // pinned.example is spliced: the origin's own certificate, trusted via the test CA.
+        `echo "bumped $(${curl} --pinnedpubkey sha256//${pin} -o /dev/null -w '%{http_code}' https://api.example/x 2>/dev/null; echo " $?")"`,
+        `echo "spliced $(${curl} --cacert ${o.ca.certPath} --pinnedpubkey sha256//${pin} https://pinned.example/x)"`,
+      ].join("; ")),
+    );
+    assert.equal(r.code, 0, r.stderr);
+    const lines = Object.fromEntries(
+      r.stdout.trim().split("\n").map((l) => [l.split(" ")[0], l.slice(l.indexOf(" ") + 1)]),
+    );
+    assert.equal(lines["bumped"], "000 90", "curl exit 90: public key does not match the pin");
+    assert.equal(lines["spliced"], "hello pinned.example /x");
+  },
+);
+
+Deno.test(
+  "while a run is active the host trust store lacks the session CA and the key is 0600; SIGTERM removes the key",
+  needsNamespaces,
+  async () => {
+    assertNamespaces();
+    // The host's curl, with the host's trust store, talking to a bumped URL
+    // only works through the sandbox; here we check the session CA never
+    // reaches the host bundle while a run is active.
+    const child = spawnForgekit(
+      [
+        "firewall",
+        "--log-dir",
+        logDir,
+        "--allow-domains",
+        "api.example",
+        "--ssl-bump",
+        "--upstream-ca",
+        o.ca.certPath,
+        "--",
+        "sh",
+        "-c",
+        "echo ready; sleep 30",
+      ],
+      {
+        env: { HTTPS_PROXY: o.proxy.url, PATH: Deno.env.get("PATH")! },
+      },
+    );
+    try {
+      const reader = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
+      let seen = "";
+      while (!seen.includes("ready")) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        seen += value;
+      }
+      const dirs = sessionDirs();
+      const caPems = dirs.flatMap((d) => {
+        try {
+          return [Deno.readTextFileSync(`/tmp/${d}/ssl/ca.pem`)];
+        } catch {
+          return [];
+        }
+      });
+      assert.ok(caPems.length >= 1, "the session CA exists while the run is active");
+      const hostBundle = await Deno.readTextFile(HOST_BUNDLE);
+      for (const pem of caPems) assert.ok(!hostBundle.includes(pem.trim().split("\n")[1]));
+      const keyPaths = dirs.map((d) => `/tmp/${d}/ssl/ca-key.pem`).filter((p) => {
+        try {
+          return (Deno.statSync(p).mode! & 0o777) === 0o600;
+        } catch {
+          return false;
+        }
+      });
+      assert.ok(keyPaths.length >= 1, "the key file is 0600 while the run is active");
+      child.kill("SIGTERM");
+      await reader.cancel();
+      const status = await child.status;
+      assert.equal(status.code, 143);
+      for (const p of keyPaths) {
+        assert.throws(() => Deno.statSync(p), Deno.errors.NotFound, `${p} gone after SIGTERM`);
+      }
+    } finally {
+      try {
+        child.kill("SIGKILL");
+      } catch {
+        // already exited
+      }
+      await child.stderr.cancel().catch(() => {});
+    }
+  },
+);
+
+Deno.test("the CA key is gone after a normal run", needsNamespaces, async () => {
+  assertNamespaces();
+  const r = await firewall([], sh("ls /tmp >/dev/null; echo done"));
+  assert.equal(r.code, 0, r.stderr);
+  for (const d of sessionDirs()) {
+    assert.throws(() => Deno.statSync(`/tmp/${d}/ssl/ca-key.pem`), Deno.errors.NotFound);
+  }
+});
+
+Deno.test("--allow-urls is checked before anything runs", async () => {
+  const bad = await runForgekit([
+    "firewall",
+    "--allow-domains",
+    "api.example",
+    "--ssl-bump",
+    "--allow-urls",
+    "http://api.example/x",
+    "--",
+    "true",
+  ]);
+  assert.equal(bad.code, 2);
+  assert.match(
+    bad.stderr,
+    /^error: URL patterns must start with https:\/\/ \(got: http:\/\/api\.example\/x\); use --allow-domains for domain-level filtering/,
+  );
+  assert.equal(bad.stderr.trim().split("\n").length, 1);
+  const noBump = await runForgekit([
+    "firewall",
+    "--allow-domains",
+    "api.example",
+    "--allow-urls",
+    "https://api.example/x",
+    "--",
+    "true",
+  ]);
+  assert.equal(noBump.code, 2);
+  assert.match(noBump.stderr, /^error: --allow-urls needs --ssl-bump/);
+});
+
+Deno.test(
+  "teardown: ssl-bump test origins",
+  { sanitizeResources: false, sanitizeOps: false },
+  async () => {
+    await o.close();
+    await Deno.remove(logDir, { recursive: true });
+    await Deno.remove(repo.root, { recursive: true });
+  },
+);
