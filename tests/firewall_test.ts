@@ -248,15 +248,19 @@ Deno.test(
   },
 );
 
-Deno.test("invoked through sudo, COMMAND runs as SUDO_UID/SUDO_GID, not as root", needsNamespaces, async () => {
-  assertNamespaces();
-  const r = await firewall(["--allow-domains", "allowed.example"], sh("id -u; id -g"), {
-    SUDO_UID: "65534",
-    SUDO_GID: "65534",
-  });
-  assert.equal(r.code, 0, r.stderr);
-  assert.equal(r.stdout, "65534\n65534\n");
-});
+Deno.test(
+  "invoked through sudo, COMMAND runs as SUDO_UID/SUDO_GID, not as root",
+  needsNamespaces,
+  async () => {
+    assertNamespaces();
+    const r = await firewall(["--allow-domains", "allowed.example"], sh("id -u; id -g"), {
+      SUDO_UID: "65534",
+      SUDO_GID: "65534",
+    });
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(r.stdout, "65534\n65534\n");
+  },
+);
 
 Deno.test("bad options are one-line usage errors with exit 2, before anything runs", async () => {
   const cases: [string[], RegExp][] = [

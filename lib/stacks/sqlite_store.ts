@@ -495,7 +495,9 @@ class SqliteStore implements Store {
   async pullsInStacks(stackIds: number[]) {
     if (stackIds.length === 0) return [];
     return this.#r.all(
-      `${PULL_SELECT} WHERE p.stack_id IN (${marks(stackIds.length)}) ORDER BY p.stack_id, p.stack_position`,
+      `${PULL_SELECT} WHERE p.stack_id IN (${
+        marks(stackIds.length)
+      }) ORDER BY p.stack_id, p.stack_position`,
       ...stackIds,
     ).map(toPull);
   }
