@@ -677,6 +677,41 @@ Deno.test("the git credential helper answers real `git credential fill`", opts, 
   assert.notEqual(none.code, 0, "no credential: git gives up without a prompt");
 });
 
+Deno.test(
+  "a broken auth.json stops every command with exit 2 and one line naming the place",
+  opts,
+  async () => {
+    const path = join(dir, "broken.json");
+    const before = o.hits.length;
+    await Deno.writeTextFile(path, JSON.stringify({ providers: [{ ...GH, token_evn: "X" }] }), {
+      mode: 0o600,
+    });
+    for (
+      const args of [["fetch", "https://api.github.com/echo"], ["auth", "doctor"], [
+        "auth",
+        "explain",
+        "https://api.github.com/",
+      ]]
+    ) {
+      const r = await fk(args, path);
+      assert.equal(r.code, 2, args.join(" "));
+      assert.equal(
+        r.stderr,
+        'error: broken.json providers[0]: unknown key "token_evn" (did you mean "token_env"?)\n',
+      );
+    }
+    assert.equal(o.hits.length, before, "nothing was sent");
+    const missing = await fk([
+      "fetch",
+      "--auth-file",
+      join(dir, "nope.json"),
+      "https://api.github.com/echo",
+    ], null);
+    assert.equal(missing.code, 2);
+    assert.match(missing.stderr, /^error: Cannot read .*nope\.json: no such file/);
+  },
+);
+
 Deno.test("teardown: auth test origins", opts, async () => {
   await o.close();
   await Deno.remove(dir, { recursive: true });
