@@ -207,12 +207,19 @@ export function hostMatches(patternHost: string, host: string): boolean {
   return h === patternHost;
 }
 
+const GLOBS = new Map<string, RegExp>();
+
 function glob(pattern: string, value: string): boolean {
   if (!pattern.includes("*")) return pattern === value;
-  const re = new RegExp(
-    "^" + pattern.split("*").map((p) => p.replace(/[.+?^${}()|[\]\\]/g, "\\$&")).join(".*") + "$",
-    "s",
-  );
+  let re = GLOBS.get(pattern);
+  if (!re) {
+    // Patterns come from the command line only, so this map stays small.
+    re = new RegExp(
+      "^" + pattern.split("*").map((p) => p.replace(/[.+?^${}()|[\]\\]/g, "\\$&")).join(".*") + "$",
+      "s",
+    );
+    GLOBS.set(pattern, re);
+  }
   return re.test(value);
 }
 
