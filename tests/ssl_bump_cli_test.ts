@@ -15,6 +15,11 @@ import { startOrigins } from "./support/origin.ts";
 const repo = await makeBareRepo();
 const o = await startOrigins(["api.example", "pinned.example", "git.example"], (req, hit) => {
   if (hit.host === "git.example") return gitCgi(req, repo.root);
+  if (req.headers.get("upgrade")?.toLowerCase() === "websocket") {
+    const { socket, response } = Deno.upgradeWebSocket(req);
+    socket.onmessage = (e) => socket.send(`echo:${e.data}`);
+    return response;
+  }
   return new Response(`hello ${hit.host} ${hit.path}\n`);
 });
 const logDir = await Deno.makeTempDir({ prefix: "forgekit-bumplogs-" });
@@ -80,6 +85,7 @@ Deno.test(
   async () => {
     assertNamespaces();
     const trustBefore = await Deno.readFile(HOST_BUNDLE);
+    const before = sessionDirs();
     const r = await firewall(
       ["--allow-urls", "https://api.example/allowed/*,https://git.example/repo.git/**"],
       sh([
@@ -94,8 +100,7 @@ except e.HTTPError as x: print(x.code, x.headers["x-proxy-error"])')"`,
         `echo "deno-ok $(deno eval 'console.log((await (await fetch("https://api.example/allowed/deno")).text()).trim())')"`,
         `echo "deno-no $(deno eval 'const r = await fetch("https://api.example/secret"); await r.body?.cancel(); console.log(r.status, r.headers.get("x-proxy-error"))')"`,
         `git clone -q https://git.example/repo.git /tmp/clone-$$ && echo "git-ok $(ls /tmp/clone-$$)"; rm -rf /tmp/clone-$$`,
-        `echo "sessions $(ls -d /tmp/fw-2*/ssl | wc -l)"`,
-        `echo "key $(cat /tmp/fw-2*/ssl/ca-key.pem 2>/dev/null | head -c 30 || true)end"`,
+        `for d in /tmp/fw-2*; do echo "dir $d $(cat $d/ssl/ca-key.pem 2>/dev/null | head -c 27)"; done`,
         `echo "ca-in-store $(grep -c 'BEGIN CERTIFICATE' /usr/local/share/ca-certificates/forgekit-session.crt)"`,
       ].join("; ")),
     );
@@ -112,8 +117,11 @@ except e.HTTPError as x: print(x.code, x.headers["x-proxy-error"])')"`,
     assert.equal(lines["deno-ok"], "hello api.example /allowed/deno");
     assert.equal(lines["deno-no"], "403 blocked-by-url-policy");
     assert.match(lines["git-ok"] ?? "", /README/, r.stdout);
-    assert.notEqual(lines["sessions"], "0", "the session directory is visible inside");
-    assert.equal(lines["key"], "end", "the CA key is unreadable inside the sandbox");
+    const mine = r.stdout.split("\n").filter((l) =>
+      l.startsWith("dir ") && !before.includes(l.split(" ")[1].slice("/tmp/".length))
+    );
+    assert.equal(mine.length, 1, `the run's own session directory is visible inside: ${r.stdout}`);
+    assert.equal(mine[0].split(" ")[2], "", "the CA key is unreadable inside the sandbox");
     assert.equal(lines["ca-in-store"], "1");
     assert.ok(!o.hits.some((h) => h.path === "/secret"), "no blocked request reached the origin");
     assert.deepEqual(await Deno.readFile(HOST_BUNDLE), trustBefore, "host trust store unchanged");
@@ -163,6 +171,40 @@ Deno.test(
   },
 );
 
+const WS_CLIENT = `
+const ws = new WebSocket(Deno.args[0]);
+const out = await new Promise((resolve) => {
+  ws.onopen = () => ws.send("ping");
+  ws.onmessage = (e) => { resolve(String(e.data)); ws.close(); };
+  ws.onerror = () => resolve("refused");
+});
+console.log(out);
+`;
+
+Deno.test(
+  "inside the sandbox an allowed wss:// URL relays frames and a disallowed handshake is refused",
+  needsNamespaces,
+  async () => {
+    assertNamespaces();
+    const r = await firewall(
+      ["--allow-urls", "https://api.example/ws/*"],
+      sh([
+        `cat > /tmp/ws-$$.ts <<'EOF'\n${WS_CLIENT}\nEOF`,
+        `echo "ok $(deno run -A /tmp/ws-$$.ts wss://api.example/ws/chat)"`,
+        `echo "no $(deno run -A /tmp/ws-$$.ts wss://api.example/other)"`,
+        `rm -f /tmp/ws-$$.ts`,
+      ].join("\n")),
+    );
+    assert.equal(r.code, 0, r.stderr);
+    const lines = Object.fromEntries(
+      r.stdout.trim().split("\n").map((l) => [l.split(" ")[0], l.slice(l.indexOf(" ") + 1)]),
+    );
+    assert.equal(lines["ok"], "echo:ping");
+    assert.equal(lines["no"], "refused");
+    assert.ok(!o.hits.some((h) => h.path === "/other"));
+  },
+);
+
 Deno.test(
   "a pinning client fails on bumped hosts and works on --no-bump-domains hosts",
   needsNamespaces,
@@ -187,83 +229,90 @@ Deno.test(
   },
 );
 
-Deno.test(
-  "while a run is active the host trust store lacks the session CA and the key is 0600; SIGTERM removes the key",
-  needsNamespaces,
-  async () => {
-    assertNamespaces();
-    // The host's curl, with the host's trust store, talking to a bumped URL
-    // only works through the sandbox; here we check the session CA never
-    // reaches the host bundle while a run is active.
-    const child = spawnForgekit(
-      [
-        "firewall",
-        "--log-dir",
-        logDir,
-        "--allow-domains",
-        "api.example",
-        "--ssl-bump",
-        "--upstream-ca",
-        o.ca.certPath,
-        "--",
-        "sh",
-        "-c",
-        "echo ready; sleep 30",
-      ],
-      {
-        env: { HTTPS_PROXY: o.proxy.url, PATH: Deno.env.get("PATH")! },
-      },
-    );
-    try {
-      const reader = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
-      let seen = "";
-      while (!seen.includes("ready")) {
-        const { value, done } = await reader.read();
-        if (done) break;
-        seen += value;
-      }
-      const dirs = sessionDirs();
-      const caPems = dirs.flatMap((d) => {
-        try {
-          return [Deno.readTextFileSync(`/tmp/${d}/ssl/ca.pem`)];
-        } catch {
-          return [];
-        }
-      });
-      assert.ok(caPems.length >= 1, "the session CA exists while the run is active");
-      const hostBundle = await Deno.readTextFile(HOST_BUNDLE);
-      for (const pem of caPems) assert.ok(!hostBundle.includes(pem.trim().split("\n")[1]));
-      const keyPaths = dirs.map((d) => `/tmp/${d}/ssl/ca-key.pem`).filter((p) => {
-        try {
-          return (Deno.statSync(p).mode! & 0o777) === 0o600;
-        } catch {
-          return false;
-        }
-      });
-      assert.ok(keyPaths.length >= 1, "the key file is 0600 while the run is active");
-      child.kill("SIGTERM");
-      await reader.cancel();
-      const status = await child.status;
-      assert.equal(status.code, 143);
-      for (const p of keyPaths) {
-        assert.throws(() => Deno.statSync(p), Deno.errors.NotFound, `${p} gone after SIGTERM`);
-      }
-    } finally {
+for (const [signal, exitCode] of [["SIGTERM", 143], ["SIGINT", 130]] as const) {
+  Deno.test(
+    `while a run is active the host trust store lacks the session CA and the key is 0600; ${signal} removes the key`,
+    needsNamespaces,
+    async () => {
+      assertNamespaces();
+      // The host's curl, with the host's trust store, talking to a bumped URL
+      // only works through the sandbox; here we check the session CA never
+      // reaches the host bundle while a run is active.
+      const before = sessionDirs();
+      const child = spawnForgekit(
+        [
+          "firewall",
+          "--log-dir",
+          logDir,
+          "--allow-domains",
+          "api.example",
+          "--ssl-bump",
+          "--upstream-ca",
+          o.ca.certPath,
+          "--",
+          "sh",
+          "-c",
+          "echo ready; exec sleep 30",
+        ],
+        {
+          env: { HTTPS_PROXY: o.proxy.url, PATH: Deno.env.get("PATH")! },
+        },
+      );
       try {
-        child.kill("SIGKILL");
-      } catch {
-        // already exited
+        const reader = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
+        let seen = "";
+        while (!seen.includes("ready")) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          seen += value;
+        }
+        const dirs = sessionDirs().filter((d) => !before.includes(d));
+        const caPems = dirs.flatMap((d) => {
+          try {
+            return [Deno.readTextFileSync(`/tmp/${d}/ssl/ca.pem`)];
+          } catch {
+            return [];
+          }
+        });
+        assert.ok(caPems.length >= 1, "the session CA exists while the run is active");
+        const hostBundle = await Deno.readTextFile(HOST_BUNDLE);
+        for (const pem of caPems) assert.ok(!hostBundle.includes(pem.trim().split("\n")[1]));
+        const keyPaths = dirs.map((d) => `/tmp/${d}/ssl/ca-key.pem`).filter((p) => {
+          try {
+            return (Deno.statSync(p).mode! & 0o777) === 0o600;
+          } catch {
+            return false;
+          }
+        });
+        assert.ok(keyPaths.length >= 1, "the key file is 0600 while the run is active");
+        child.kill(signal);
+        await reader.cancel();
+        const status = await child.status;
+        assert.equal(status.code, exitCode);
+        for (const p of keyPaths) {
+          assert.throws(() => Deno.statSync(p), Deno.errors.NotFound, `${p} gone after ${signal}`);
+        }
+      } finally {
+        try {
+          child.kill("SIGKILL");
+        } catch {
+          // already exited
+        }
+        await child.stderr.cancel().catch(() => {});
       }
-      await child.stderr.cancel().catch(() => {});
-    }
-  },
-);
+    },
+  );
+}
 
 Deno.test("the CA key is gone after a normal run", needsNamespaces, async () => {
   assertNamespaces();
-  const r = await firewall([], sh("ls /tmp >/dev/null; echo done"));
+  const before = sessionDirs();
+  const r = await firewall([], sh("ls -d /tmp/fw-2*"));
   assert.equal(r.code, 0, r.stderr);
-  for (const d of sessionDirs()) {
+  const mine = r.stdout.trim().split("\n").map((p) => p.slice("/tmp/".length))
+    .filter((d) => !before.includes(d));
+  assert.ok(mine.length >= 1, "the run's session directory was visible inside");
+  for (const d of mine) {
     assert.throws(() => Deno.statSync(`/tmp/${d}/ssl/ca-key.pem`), Deno.errors.NotFound);
   }
 });
