@@ -151,6 +151,9 @@ Deno.test(
         `echo "encdots $(${curl} --path-as-is ${code} https://api.example/allowed/%2e%2e/secret)"`,
         `echo "slash $(${curl} ${code} https://api.example/allowed%2Fsecret)"`,
         `echo "host $(${curl} ${code} -H 'Host: pinned.example' https://api.example/allowed/a)"`,
+        `echo "absolute $(${curl} --http1.1 ${code} --request-target https://pinned.example/allowed/a https://api.example/allowed/a)"`,
+        `echo "abspath $(${curl} --http1.1 ${code} --request-target https://api.example/secret https://api.example/allowed/a)"`,
+        `echo "h2host $(${curl} --http2 ${code} -H 'Host: pinned.example' https://api.example/allowed/a)"`,
       ].join("; ")),
     );
     assert.equal(r.code, 0, r.stderr);
@@ -164,6 +167,9 @@ Deno.test(
     assert.equal(lines["encdots"], "403 blocked-by-url-policy");
     assert.equal(lines["slash"], "403 blocked-by-url-policy");
     assert.equal(lines["host"], "403 blocked-by-host-mismatch");
+    assert.match(lines["absolute"], /^(403 blocked-by-host-mismatch|400 )$/, r.stdout);
+    assert.match(lines["abspath"], /^(403 blocked-by-url-policy|400 )$/, r.stdout);
+    assert.match(lines["h2host"], /^(403 blocked-by-host-mismatch|400 )$/, r.stdout);
     assert.ok(
       !o.hits.some((h) => /secret/.test(h.path) || h.host === "pinned.example"),
       JSON.stringify(o.hits.map((h) => h.host + h.path)),
