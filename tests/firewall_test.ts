@@ -262,6 +262,27 @@ Deno.test(
   },
 );
 
+Deno.test("--no-sandbox warns and runs COMMAND with only the proxy variables", {
+  sanitizeResources: false,
+  sanitizeOps: false,
+}, async () => {
+  const r = await firewall(
+    ["--no-sandbox", "--allow-domains", "allowed.example"],
+    sh(
+      `echo "$HTTPS_PROXY"; ${curl} https://allowed.example/ns; echo "$(${curl} -o /dev/null -w '%{http_connect}' https://other.example/ 2>/dev/null)"`,
+    ),
+  );
+  assert.equal(r.code, 0, r.stderr);
+  const [proxy, ok, blocked] = r.stdout.trim().split("\n");
+  assert.match(proxy, /^http:\/\/127\.0\.0\.1:\d+$/);
+  assert.equal(ok, "hello allowed.example /ns");
+  assert.equal(blocked, "403");
+  assert.match(
+    r.stderr,
+    /^warning: --no-sandbox: COMMAND runs without isolation; a program that ignores the proxy variables bypasses the filter$/m,
+  );
+});
+
 Deno.test("bad options are one-line usage errors with exit 2, before anything runs", async () => {
   const cases: [string[], RegExp][] = [
     [

@@ -5,7 +5,14 @@ import { AccessLog, blockedSummary } from "./access_log.ts";
 import { domainMatches } from "./domain_policy.ts";
 import { splitDomainText, validateDomains } from "./host_validation.ts";
 import { serveProxy } from "./proxy.ts";
-import { proxyVars, runSandboxed, sandboxInit, type SandboxSpec } from "./sandbox.ts";
+import {
+  exitCodeOf,
+  forwardSignals,
+  proxyVars,
+  runSandboxed,
+  sandboxInit,
+  type SandboxSpec,
+} from "./sandbox.ts";
 import { createSession, removeStaleSessions } from "./session.ts";
 import { type BumpSession, createBumpSession } from "./ssl_bump.ts";
 import { proxyEnv } from "./upstream.ts";
@@ -221,21 +228,9 @@ export async function runFirewall(argv: string[]): Promise<number> {
         stdout: "inherit",
         stderr: "inherit",
       }).spawn();
-      const fwd = (sig: Deno.Signal) => () => {
-        try {
-          child.kill(sig);
-        } catch { /* gone */ }
-      };
-      const a = fwd("SIGINT");
-      const b = fwd("SIGTERM");
-      Deno.addSignalListener("SIGINT", a);
-      Deno.addSignalListener("SIGTERM", b);
-      const st = await child.status;
-      Deno.removeSignalListener("SIGINT", a);
-      Deno.removeSignalListener("SIGTERM", b);
-      code = st.signal
-        ? 128 + (st.signal === "SIGINT" ? 2 : st.signal === "SIGTERM" ? 15 : 9)
-        : st.code;
+      const stopForwarding = forwardSignals(child);
+      code = exitCodeOf(await child.status);
+      stopForwarding();
     } else {
       const spec: SandboxSpec = {
         sessionDir: session.dir,

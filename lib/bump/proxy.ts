@@ -7,6 +7,7 @@ import type { AccessLog, AccessLogEntry } from "./access_log.ts";
 import { MAX_HELLO, parseClientHello } from "./client_hello.ts";
 import { decide, type Decision, type DomainPolicy } from "./domain_policy.ts";
 import { normalizeDomain } from "./host_validation.ts";
+import { readHttpHead } from "./http_head.ts";
 import { dialHttp, dialTunnel, type UpstreamProxyEnv } from "./upstream.ts";
 
 /** What the proxy needs to run. */
@@ -45,25 +46,6 @@ function close(c: Deno.Conn) {
   try {
     c.close();
   } catch { /* closed */ }
-}
-
-async function readHead(conn: Deno.Conn): Promise<{ head: string; rest: Uint8Array } | null> {
-  let buf = new Uint8Array(0);
-  const chunk = new Uint8Array(16384);
-  while (buf.length < 65536) {
-    const n = await conn.read(chunk);
-    if (n === null) return null;
-    const next = new Uint8Array(buf.length + n);
-    next.set(buf);
-    next.set(chunk.subarray(0, n), buf.length);
-    buf = next;
-    for (let i = 3; i < buf.length; i++) {
-      if (buf[i - 3] === 13 && buf[i - 2] === 10 && buf[i - 1] === 13 && buf[i] === 10) {
-        return { head: dec.decode(buf.subarray(0, i - 3)), rest: buf.subarray(i + 1) };
-      }
-    }
-  }
-  return null;
 }
 
 /** Copies a → b, counting bytes; resolves when a ends. */
@@ -167,7 +149,7 @@ export async function handleClient(conn: Deno.Conn, opts: ProxyOptions): Promise
     });
   let got;
   try {
-    got = await readHead(conn);
+    got = await readHttpHead(conn);
   } catch {
     got = null;
   }

@@ -62,6 +62,23 @@ function onPath(cmd: string): boolean {
   });
 }
 
+/**
+ * Passes SIGINT and SIGTERM on to a child while it runs; returns the function
+ * that stops doing so.
+ */
+export function forwardSignals(child: Deno.ChildProcess): () => void {
+  const handlers = (["SIGINT", "SIGTERM"] as const).map((sig) => {
+    const h = () => {
+      try {
+        child.kill(sig);
+      } catch { /* gone */ }
+    };
+    Deno.addSignalListener(sig, h);
+    return [sig, h] as const;
+  });
+  return () => handlers.forEach(([sig, h]) => Deno.removeSignalListener(sig, h));
+}
+
 /** Signal numbers for exit codes (128 + n). */
 const SIGNO: Record<string, number> = { SIGINT: 2, SIGTERM: 15, SIGKILL: 9, SIGHUP: 1 };
 
@@ -111,21 +128,12 @@ export async function runSandboxed(spec: SandboxSpec): Promise<number> {
     stdout: "inherit",
     stderr: "inherit",
   }).spawn();
-  const forward = (sig: Deno.Signal) => () => {
-    try {
-      child.kill(sig);
-    } catch { /* gone */ }
-  };
-  const onInt = forward("SIGINT");
-  const onTerm = forward("SIGTERM");
-  Deno.addSignalListener("SIGINT", onInt);
-  Deno.addSignalListener("SIGTERM", onTerm);
+  const stopForwarding = forwardSignals(child);
   let status: Deno.CommandStatus;
   try {
     status = await child.status;
   } finally {
-    Deno.removeSignalListener("SIGINT", onInt);
-    Deno.removeSignalListener("SIGTERM", onTerm);
+    stopForwarding();
   }
   let ready = false;
   try {
@@ -239,18 +247,9 @@ export async function sandboxInit(specPath: string): Promise<number> {
     return 127;
   }
   Deno.writeTextFileSync(join(spec.sessionDir, "sandbox-ready"), "");
-  const forward = (sig: Deno.Signal) => () => {
-    try {
-      child.kill(sig);
-    } catch { /* gone */ }
-  };
-  const onInt = forward("SIGINT");
-  const onTerm = forward("SIGTERM");
-  Deno.addSignalListener("SIGINT", onInt);
-  Deno.addSignalListener("SIGTERM", onTerm);
+  const stopForwarding = forwardSignals(child);
   const status = await child.status;
-  Deno.removeSignalListener("SIGINT", onInt);
-  Deno.removeSignalListener("SIGTERM", onTerm);
+  stopForwarding();
   relay.stop();
   return exitCodeOf(status);
 }

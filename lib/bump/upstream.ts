@@ -40,31 +40,9 @@ export function bypassed(noProxy: string[], host: string): boolean {
   );
 }
 
-const enc = new TextEncoder();
+import { readHttpHead } from "./http_head.ts";
 
-/** Reads an HTTP response head from a connection; returns the status and any bytes after it. */
-export async function readResponseHead(
-  conn: Deno.Conn,
-): Promise<{ status: number; rest: Uint8Array }> {
-  let buf = new Uint8Array(0);
-  const chunk = new Uint8Array(8192);
-  while (buf.length < 65536) {
-    const n = await conn.read(chunk);
-    if (n === null) throw new Error("upstream proxy closed the connection");
-    const next = new Uint8Array(buf.length + n);
-    next.set(buf);
-    next.set(chunk.subarray(0, n), buf.length);
-    buf = next;
-    for (let i = 3; i < buf.length; i++) {
-      if (buf[i - 3] === 13 && buf[i - 2] === 10 && buf[i - 1] === 13 && buf[i] === 10) {
-        const head = new TextDecoder().decode(buf.subarray(0, i));
-        const status = Number(head.split(" ")[1]);
-        return { status, rest: buf.subarray(i + 1) };
-      }
-    }
-  }
-  throw new Error("upstream proxy sent an oversized response head");
-}
+const enc = new TextEncoder();
 
 /**
  * Opens a TCP tunnel to host:port (for CONNECT), via the environment's
@@ -84,7 +62,10 @@ export async function dialTunnel(
   try {
     const target = host.includes(":") ? `[${host}]:${port}` : `${host}:${port}`;
     await conn.write(enc.encode(`CONNECT ${target} HTTP/1.1\r\nHost: ${target}\r\n\r\n`));
-    const { status, rest } = await readResponseHead(conn);
+    const got = await readHttpHead(conn);
+    if (!got) throw new Error(`upstream proxy ${via.host} closed the connection`);
+    const status = Number(got.head.split(" ")[1]);
+    const rest = got.rest;
     if (status !== 200) {
       throw new Error(`upstream proxy ${via.host} answered ${status} to CONNECT ${target}`);
     }
