@@ -97,8 +97,8 @@ Deno.test(
         `echo "py-no $(python3 -c 'import urllib.request as u, urllib.error as e
 try: u.urlopen("https://api.example/secret")
 except e.HTTPError as x: print(x.code, x.headers["x-proxy-error"])')"`,
-        `echo "deno-ok $(deno eval 'console.log((await (await fetch("https://api.example/allowed/deno")).text()).trim())')"`,
-        `echo "deno-no $(deno eval 'const r = await fetch("https://api.example/secret"); await r.body?.cancel(); console.log(r.status, r.headers.get("x-proxy-error"))')"`,
+        `echo "deno-ok $(${Deno.execPath()} eval 'console.log((await (await fetch("https://api.example/allowed/deno")).text()).trim())')"`,
+        `echo "deno-no $(${Deno.execPath()} eval 'const r = await fetch("https://api.example/secret"); await r.body?.cancel(); console.log(r.status, r.headers.get("x-proxy-error"))')"`,
         `git clone -q https://git.example/repo.git /tmp/clone-$$ && echo "git-ok $(ls /tmp/clone-$$)"; rm -rf /tmp/clone-$$`,
         `for d in /tmp/fw-2*; do echo "dir $d $(cat $d/ssl/ca-key.pem 2>/dev/null | head -c 27)"; done`,
         `echo "ca-in-store $(grep -c 'BEGIN CERTIFICATE' /usr/local/share/ca-certificates/forgekit-session.crt)"`,
@@ -196,8 +196,8 @@ Deno.test(
       ["--allow-urls", "https://api.example/ws/*"],
       sh([
         `cat > /tmp/ws-$$.ts <<'EOF'\n${WS_CLIENT}\nEOF`,
-        `echo "ok $(deno run -A /tmp/ws-$$.ts wss://api.example/ws/chat)"`,
-        `echo "no $(deno run -A /tmp/ws-$$.ts wss://api.example/other)"`,
+        `echo "ok $(${Deno.execPath()} run -A /tmp/ws-$$.ts wss://api.example/ws/chat)"`,
+        `echo "no $(${Deno.execPath()} run -A /tmp/ws-$$.ts wss://api.example/other)"`,
         `rm -f /tmp/ws-$$.ts`,
       ].join("\n")),
     );
