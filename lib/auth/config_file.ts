@@ -49,6 +49,15 @@ export function setWarn(fn: (line: string) => void): (line: string) => void {
 }
 
 /**
+ * The config loaded within the recheck interval, without any I/O; undefined
+ * when the file must be (re)read with {@linkcode loadAuthConfig}.
+ */
+export function recentAuthConfig(explicit?: string): AuthConfig | undefined {
+  const recent = cache.get(authFilePath(explicit));
+  return recent && performance.now() - recent.checkedAt < RECHECK_MS ? recent.config : undefined;
+}
+
+/**
  * Loads and validates auth.json; null when the file does not exist (every
  * request is then unauthenticated). Cached by path, size and mtime.
  */

@@ -6,11 +6,11 @@
  */
 import { CliError } from "../cli/mod.ts";
 import type { AuthConfig, AuthEntry } from "./config.ts";
-import { loadAuthConfig } from "./config_file.ts";
+import { loadAuthConfig, recentAuthConfig } from "./config_file.ts";
 import { matchAnyHost, normalizeHost } from "./host_pattern.ts";
 import { fetchReleaseAsset, parseReleaseDownload, releaseApiFor } from "./releases.ts";
 import { authorizationHeader } from "./schemes.ts";
-import { resolveToken } from "./token_source.ts";
+import { resolveToken, staticToken } from "./token_source.ts";
 
 /** Options of {@linkcode authFetch}. */
 export interface AuthFetchOptions {
@@ -101,13 +101,19 @@ async function followRedirects(
   let headers = req.headers;
   let authorized = cred !== null;
   for (let hop = 0;; hop++) {
-    let h = headers;
+    let h: HeadersInit = headers;
     if (authorized) {
-      h = new Headers(headers);
-      h.set("authorization", cred!.header);
+      // Pairs, not a Headers copy: fetch converts either, and pairs are cheaper.
+      const pairs: [string, string][] = [];
+      headers.forEach((v, k) => {
+        if (k !== "authorization") pairs.push([k, v]);
+      });
+      pairs.push(["authorization", cred!.header]);
+      h = pairs;
     } else if (headers.has("authorization")) {
-      h = new Headers(headers);
-      h.delete("authorization");
+      const copy = new Headers(headers);
+      copy.delete("authorization");
+      h = copy;
     }
     const init: RequestInit & { client?: Deno.HttpClient } = {
       method,
@@ -116,7 +122,7 @@ async function followRedirects(
     };
     if (body !== null) init.body = body;
     if (options.client) init.client = options.client;
-    const res = await fetch(url, init);
+    const res = await fetch(url.href, init); // a string: a URL object costs a re-parse in fetch
     if (!REDIRECT.has(res.status)) return res;
     const location = res.headers.get("location");
     if (location === null) return res;
