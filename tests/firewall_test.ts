@@ -249,6 +249,32 @@ Deno.test(
 );
 
 Deno.test(
+  "other firewall sessions' directories are hidden inside the sandbox",
+  needsNamespaces,
+  async () => {
+    assertNamespaces();
+    const other = await Deno.makeTempDir({ dir: "/tmp", prefix: "fw-other-" });
+    await Deno.writeTextFile(join(other, "ca-key.pem"), "secret");
+    try {
+      const r = await firewall(
+        ["--allow-domains", "allowed.example"],
+        sh(`cat ${other}/ca-key.pem; echo "rc $?"`),
+      );
+      assert.equal(r.code, 0, r.stderr);
+      assert.match(r.stdout, /^rc 1$/m);
+      assert.doesNotMatch(r.stdout, /secret/);
+      assert.equal(
+        await Deno.readTextFile(join(other, "ca-key.pem")),
+        "secret",
+        "the host's file is untouched",
+      );
+    } finally {
+      await Deno.remove(other, { recursive: true });
+    }
+  },
+);
+
+Deno.test(
   "invoked through sudo, COMMAND runs as SUDO_UID/SUDO_GID, not as root",
   needsNamespaces,
   async () => {

@@ -192,6 +192,18 @@ async function bindFile(
   await run("mount", ["--bind", shadow, parent]);
 }
 
+/** Other `/tmp/fw-*` directories (sessions and logs of other runs). */
+function otherSessionDirs(own: string): string[] {
+  const root = dirname(own);
+  try {
+    return [...Deno.readDirSync(root)]
+      .filter((e) => e.isDirectory && e.name.startsWith("fw-") && join(root, e.name) !== own)
+      .map((e) => join(root, e.name));
+  } catch {
+    return [];
+  }
+}
+
 /**
  * The inner side, run by `forgekit firewall --internal-sandbox SPEC` inside the
  * new namespaces. Returns COMMAND's exit code.
@@ -207,7 +219,9 @@ export async function sandboxInit(specPath: string): Promise<number> {
     await run("ip", ["link", "set", "lo", "up"]);
     let n = 0;
     for (const b of spec.bindFiles) await bindFile(spec.sessionDir, b.source, b.target, n++);
-    for (const d of spec.hideDirs) {
+    // Hide this run's key directory and every other firewall session's
+    // directory (their keys, sockets and logs) from the workload.
+    for (const d of [...spec.hideDirs, ...otherSessionDirs(spec.sessionDir)]) {
       await run("mount", ["-t", "tmpfs", "-o", "size=16k,mode=0700", "tmpfs", d]);
     }
     relay = startRelay(spec.socketPath);
