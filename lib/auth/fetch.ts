@@ -194,8 +194,14 @@ export async function authFetch(
   const url = new URL(input);
   const config = options.config !== undefined
     ? options.config
-    : await loadAuthConfig(options.authFile);
-  const req = await prepare(init);
+    : recentAuthConfig(options.authFile) ?? await loadAuthConfig(options.authFile);
+  const req = init.body === undefined || init.body === null
+    ? {
+      method: (init.method ?? "GET").toUpperCase(),
+      headers: new Headers(init.headers),
+      body: null,
+    }
+    : await prepare(init);
   const log = options.verbose;
   const doFetch = (u: string, i: RequestInit) =>
     authFetch(u, i, { ...options, config, resolveReleases: false });
@@ -220,10 +226,13 @@ export async function authFetch(
   const entries = matchingEntries(config, url.hostname);
   let attempt = 0;
   for (const entry of entries) {
-    const got = await resolveToken(
-      entry,
-      (u, i) => fetch(u, { ...i, client: options.client } as RequestInit),
-    );
+    // Static tokens resolve without a promise; cloud-cli/cloud-ad may need I/O.
+    const got = entry.auth === "cloud-cli" || entry.auth === "cloud-ad"
+      ? await resolveToken(
+        entry,
+        (u, i) => fetch(u, { ...i, client: options.client } as RequestInit),
+      )
+      : staticToken(entry);
     if (got.token === null) {
       log?.(`* skipped ${describe(entry)}: ${got.reason}`);
       continue;
