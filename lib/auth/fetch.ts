@@ -8,9 +8,14 @@ import { CliError } from "../cli/mod.ts";
 import type { AuthConfig, AuthEntry } from "./config.ts";
 import { loadAuthConfig, recentAuthConfig } from "./config_file.ts";
 import { matchAnyHost, normalizeHost } from "./host_pattern.ts";
-import { fetchReleaseAsset, parseReleaseDownload, releaseApiFor } from "./releases.ts";
+import {
+  fetchReleaseAsset,
+  parseReleaseDownload,
+  type ReleaseApi,
+  releaseApiFor,
+} from "./releases.ts";
 import { authorizationHeader } from "./schemes.ts";
-import { resolveToken, staticToken } from "./token_source.ts";
+import { resolveToken, staticToken, type TokenResult } from "./token_source.ts";
 
 /** Options of {@linkcode authFetch}. */
 export interface AuthFetchOptions {
@@ -34,25 +39,64 @@ const REDIRECT = new Set([301, 302, 303, 307, 308]);
 /** The web host of repohost cloud: it accepts neither scheme of the API host. */
 const REPOHOST_WEB = "bitbucket.org";
 
-/** Entries whose hosts match, in file order. */
-export function matchingEntries(config: AuthConfig | null, host: string): AuthEntry[] {
-  if (!config) return [];
-  let byHost = matchCache.get(config);
-  if (!byHost) matchCache.set(config, byHost = new Map());
-  let found = byHost.get(host);
-  if (found === undefined) {
-    const h = normalizeHost(host);
-    found = h === null
-      ? []
-      : config.entries.filter((e) =>
-        matchAnyHost(e.hosts, h) && !(e.provider === "repohost" && h === REPOHOST_WEB)
-      );
-    if (byHost.size < 1024) byHost.set(host, found);
+/** Parsed request URLs by their text: clients ask for the same few URLs again and again. Never mutated. */
+const urlCache = new Map<string, URL>();
+
+function parseUrl(input: string | URL): URL {
+  const text = typeof input === "string" ? input : input.href;
+  let url = urlCache.get(text);
+  if (url === undefined) {
+    url = new URL(text);
+    if (urlCache.size >= 256) urlCache.clear();
+    urlCache.set(text, url);
   }
-  return found;
+  return url;
 }
 
-const matchCache = new WeakMap<AuthConfig, Map<string, AuthEntry[]>>();
+/** The header last built for each entry, with the token it was built from. */
+const headerCache = new WeakMap<AuthEntry, { token: string; header: string }>();
+
+function headerFor(entry: AuthEntry, token: string): string {
+  const hit = headerCache.get(entry);
+  if (hit !== undefined && hit.token === token) return hit.header;
+  const header = authorizationHeader(entry, token);
+  headerCache.set(entry, { token, header });
+  return header;
+}
+
+/** What a config decides for one host; cached, since it is pure. */
+interface HostPlan {
+  /** Entries whose hosts match, in file order. */
+  entries: AuthEntry[];
+  /** The API a release download on this host resolves through, if any. */
+  releaseApi: ReleaseApi | null;
+}
+
+const planCache = new WeakMap<AuthConfig, Map<string, HostPlan>>();
+const NO_PLAN: HostPlan = { entries: [], releaseApi: null };
+
+function hostPlan(config: AuthConfig | null, host: string): HostPlan {
+  if (!config) return NO_PLAN;
+  let byHost = planCache.get(config);
+  if (!byHost) planCache.set(config, byHost = new Map());
+  let plan = byHost.get(host);
+  if (plan === undefined) {
+    const h = normalizeHost(host);
+    plan = h === null ? NO_PLAN : {
+      entries: config.entries.filter((e) =>
+        matchAnyHost(e.hosts, h) && !(e.provider === "repohost" && h === REPOHOST_WEB)
+      ),
+      releaseApi: releaseApiFor(h, config.entries),
+    };
+    if (byHost.size < 1024) byHost.set(host, plan);
+  }
+  return plan;
+}
+
+/** Entries whose hosts match, in file order. */
+export function matchingEntries(config: AuthConfig | null, host: string): AuthEntry[] {
+  return hostPlan(config, host).entries;
+}
 
 interface Credential {
   header: string;
@@ -60,24 +104,48 @@ interface Credential {
   hosts: readonly string[];
 }
 
-interface Prepared {
+/** What one hop sends. */
+interface Hop {
   method: string;
-  headers: Headers;
+  /** Lower-case header pairs, never an Authorization header (that is per attempt). */
+  headers: [string, string][];
   body: Uint8Array<ArrayBuffer> | null;
+  signal: AbortSignal | null;
 }
 
+/** A request as every attempt and hop replays it. */
+interface Prepared extends Hop {
+  /** The caller's own Authorization header, if any. */
+  own: string | null;
+}
+
+const NO_HEADERS: [string, string][] = [];
+
 async function prepare(init: RequestInit): Promise<Prepared> {
-  const method = (init.method ?? "GET").toUpperCase();
-  const headers = new Headers(init.headers);
+  const method = init.method === undefined ? "GET" : init.method.toUpperCase();
+  let headers = NO_HEADERS;
+  let own: string | null = null;
   let body: Uint8Array<ArrayBuffer> | null = null;
-  if (init.body !== undefined && init.body !== null) {
-    // Buffered once so that every attempt and 307/308 hop can replay it.
-    const req = new Request("http://body.invalid/", { method: "POST", body: init.body, headers });
-    body = new Uint8Array(await req.arrayBuffer());
-    const type = req.headers.get("content-type");
-    if (type && !headers.has("content-type")) headers.set("content-type", type);
+  if (init.headers !== undefined || (init.body !== undefined && init.body !== null)) {
+    const h = new Headers(init.headers);
+    if (init.body !== undefined && init.body !== null) {
+      // Buffered once so that every attempt and 307/308 hop can replay it.
+      const req = new Request("http://body.invalid/", {
+        method: "POST",
+        body: init.body,
+        headers: h,
+      });
+      body = new Uint8Array(await req.arrayBuffer());
+      const type = req.headers.get("content-type");
+      if (type && !h.has("content-type")) h.set("content-type", type);
+    }
+    headers = [];
+    h.forEach((v, k) => {
+      if (k === "authorization") own = v;
+      else headers.push([k, v]);
+    });
   }
-  return { method, headers, body };
+  return { method, headers, own, body, signal: init.signal ?? null };
 }
 
 function stripReason(cred: Credential, from: URL, to: URL): string | null {
@@ -89,45 +157,82 @@ function stripReason(cred: Credential, from: URL, to: URL): string | null {
   return null;
 }
 
+function initFor(hop: Hop, header: string | null, options: AuthFetchOptions): RequestInit {
+  const init: RequestInit & { client?: Deno.HttpClient } = {
+    method: hop.method,
+    headers: header === null
+      ? hop.headers
+      : hop.headers.length === 0
+      ? [["authorization", header]]
+      : [...hop.headers, ["authorization", header]],
+    redirect: "manual",
+  };
+  if (hop.body !== null) init.body = hop.body;
+  if (hop.signal !== null) init.signal = hop.signal;
+  if (options.client) init.client = options.client;
+  return init;
+}
+
+/**
+ * Body-less requests are built once per URL, method, headers and credential
+ * and then reused as templates: fetch copies a Request it is given, which
+ * costs less than building one from a URL and an init each time.
+ */
+const templates = new WeakMap<URL, Map<string, Request>>();
+
+function firstHop(url: URL, req: Prepared, header: string | null, options: AuthFetchOptions) {
+  // A string: a URL object costs a re-parse in fetch.
+  if (req.body !== null || req.signal !== null || options.client) {
+    return fetch(url.href, initFor(req, header, options));
+  }
+  let key = header === null ? req.method : `${req.method}\n${header}`;
+  for (const [k, v] of req.headers) key += `\n${k}: ${v}`;
+  let byKey = templates.get(url);
+  if (byKey === undefined) templates.set(url, byKey = new Map());
+  let template = byKey.get(key);
+  if (template === undefined) {
+    template = new Request(url.href, initFor(req, header, options));
+    if (byKey.size < 16) byKey.set(key, template);
+  }
+  return fetch(template);
+}
+
+/**
+ * One attempt: the request, then its redirects, then `settle` on the final
+ * response. The first hop is a plain fetch with no await in between and one
+ * continuation, so the common case costs little more than fetch itself.
+ */
+function send(
+  url: URL,
+  req: Prepared,
+  cred: Credential | null,
+  options: AuthFetchOptions,
+  settle: (res: Response) => Response | Promise<Response> = (res) => res,
+): Promise<Response> {
+  return firstHop(url, req, cred && cred.header, options).then((res) =>
+    REDIRECT.has(res.status) && res.headers.has("location")
+      ? followRedirects(url, req, cred, options, res).then(settle)
+      : settle(res)
+  );
+}
+
+/** Follows the redirects of a first response `res` (at most {@linkcode MAX_REDIRECTS}). */
 async function followRedirects(
   start: URL,
   req: Prepared,
   cred: Credential | null,
   options: AuthFetchOptions,
+  res: Response,
 ): Promise<Response> {
   let url = start;
-  let method = req.method;
-  let body = req.body;
-  let headers = req.headers;
+  let hop: Hop = req;
   let authorized = cred !== null;
-  for (let hop = 0;; hop++) {
-    let h: HeadersInit = headers;
-    if (authorized) {
-      // Pairs, not a Headers copy: fetch converts either, and pairs are cheaper.
-      const pairs: [string, string][] = [];
-      headers.forEach((v, k) => {
-        if (k !== "authorization") pairs.push([k, v]);
-      });
-      pairs.push(["authorization", cred!.header]);
-      h = pairs;
-    } else if (headers.has("authorization")) {
-      const copy = new Headers(headers);
-      copy.delete("authorization");
-      h = copy;
-    }
-    const init: RequestInit & { client?: Deno.HttpClient } = {
-      method,
-      headers: h,
-      redirect: "manual",
-    };
-    if (body !== null) init.body = body;
-    if (options.client) init.client = options.client;
-    const res = await fetch(url.href, init); // a string: a URL object costs a re-parse in fetch
+  for (let hops = 0;; hops++) {
     if (!REDIRECT.has(res.status)) return res;
     const location = res.headers.get("location");
     if (location === null) return res;
     await res.body?.cancel();
-    if (hop >= MAX_REDIRECTS) {
+    if (hops >= MAX_REDIRECTS) {
       throw new CliError(`${req.method} ${start.href}: more than ${MAX_REDIRECTS} redirects`, {
         hint: "the server redirects in a loop",
       });
@@ -155,16 +260,18 @@ async function followRedirects(
     }
     options.verbose?.(`* redirect ${res.status} -> ${next.href} (${note})`);
     if (
-      (res.status === 303 && method !== "HEAD") ||
-      ((res.status === 301 || res.status === 302) && method === "POST")
+      (res.status === 303 && hop.method !== "HEAD") ||
+      ((res.status === 301 || res.status === 302) && hop.method === "POST")
     ) {
-      method = "GET";
-      body = null;
-      headers = new Headers(headers);
-      headers.delete("content-type");
-      headers.delete("content-length");
+      hop = {
+        method: "GET",
+        headers: hop.headers.filter(([k]) => k !== "content-type" && k !== "content-length"),
+        body: null,
+        signal: hop.signal,
+      };
     }
     url = next;
+    res = await fetch(url.href, initFor(hop, authorized ? cred!.header : null, options));
   }
 }
 
@@ -186,73 +293,129 @@ function describe(entry: AuthEntry): string {
  * const res = await authFetch("https://api.github.com/user");
  * ```
  */
-export async function authFetch(
+export function authFetch(
   input: string | URL,
   init: RequestInit = {},
   options: AuthFetchOptions = {},
 ): Promise<Response> {
-  const url = new URL(input);
-  const config = options.config !== undefined
-    ? options.config
-    : recentAuthConfig(options.authFile) ?? await loadAuthConfig(options.authFile);
-  const req = init.body === undefined || init.body === null
-    ? {
-      method: (init.method ?? "GET").toUpperCase(),
-      headers: new Headers(init.headers),
-      body: null,
+  // Written as promise chains rather than nested async functions: with a
+  // cached config and a static token, nothing is awaited before fetch is
+  // called, and the wrapper stays within a few per cent of a plain fetch.
+  try {
+    const url = parseUrl(input);
+    const config = options.config !== undefined
+      ? options.config
+      : recentAuthConfig(options.authFile);
+    if (config === undefined) {
+      return loadAuthConfig(options.authFile).then((c) => start(url, init, options, c));
     }
-    : await prepare(init);
-  const log = options.verbose;
-  const doFetch = (u: string, i: RequestInit) =>
-    authFetch(u, i, { ...options, config, resolveReleases: false });
+    return start(url, init, options, config);
+  } catch (err) {
+    return Promise.reject(err);
+  }
+}
 
+function start(
+  url: URL,
+  init: RequestInit,
+  options: AuthFetchOptions,
+  config: AuthConfig | null,
+): Promise<Response> {
   if (
-    options.resolveReleases !== false && config && (req.method === "GET" || req.method === "HEAD")
+    init.headers === undefined && (init.body === undefined || init.body === null) &&
+    init.signal == null
+  ) {
+    const method = init.method === undefined ? "GET" : init.method.toUpperCase();
+    const req = { method, headers: NO_HEADERS, own: null, body: null, signal: null };
+    return route(url, req, options, config);
+  }
+  return prepare(init).then((req) => route(url, req, options, config));
+}
+
+function route(
+  url: URL,
+  req: Prepared,
+  options: AuthFetchOptions,
+  config: AuthConfig | null,
+): Promise<Response> {
+  const plan = hostPlan(config, url.hostname);
+  if (
+    plan.releaseApi && options.resolveReleases !== false &&
+    (req.method === "GET" || req.method === "HEAD")
   ) {
     const ref = parseReleaseDownload(url);
-    const host = ref && normalizeHost(url.hostname);
-    const api = host ? releaseApiFor(host, config.entries) : null;
-    if (ref && api) return await fetchReleaseAsset(url, api, ref, doFetch, log);
-  }
-
-  // A caller's own Authorization header is used as is, for this host only.
-  const own = req.headers.get("authorization");
-  if (own !== null) {
-    const host = normalizeHost(url.hostname) ?? url.hostname;
-    log?.(`* ${req.method} ${url.href} with the caller's own Authorization header`);
-    return await followRedirects(url, req, { header: own, hosts: [host] }, options);
-  }
-
-  const entries = matchingEntries(config, url.hostname);
-  let attempt = 0;
-  for (const entry of entries) {
-    // Static tokens resolve without a promise; cloud-cli/cloud-ad may need I/O.
-    const got = entry.auth === "cloud-cli" || entry.auth === "cloud-ad"
-      ? await resolveToken(
-        entry,
-        (u, i) => fetch(u, { ...i, client: options.client } as RequestInit),
-      )
-      : staticToken(entry);
-    if (got.token === null) {
-      log?.(`* skipped ${describe(entry)}: ${got.reason}`);
-      continue;
+    if (ref) {
+      const doFetch = (u: string, i: RequestInit) =>
+        authFetch(u, i, { ...options, config, resolveReleases: false });
+      return fetchReleaseAsset(url, plan.releaseApi, ref, doFetch, options.verbose);
     }
-    attempt++;
-    log?.(
-      `* attempt ${attempt}: ${describe(entry)}, token ${got.source}: ${req.method} ${url.href}`,
-    );
-    const res = await followRedirects(
-      url,
-      req,
-      { header: authorizationHeader(entry, got.token), hosts: entry.hosts },
-      options,
-    );
+  }
+  // A caller's own Authorization header is used as is, for this host only.
+  if (req.own !== null) {
+    const host = normalizeHost(url.hostname) ?? url.hostname;
+    options.verbose?.(`* ${req.method} ${url.href} with the caller's own Authorization header`);
+    return send(url, req, { header: req.own, hosts: [host] }, options);
+  }
+  return tryEntries(url, req, plan.entries, 0, 0, options);
+}
+
+/** Tries `entries[i…]` in file order, then exactly one unauthenticated request. */
+function tryEntries(
+  url: URL,
+  req: Prepared,
+  entries: readonly AuthEntry[],
+  i: number,
+  attempt: number,
+  options: AuthFetchOptions,
+): Promise<Response> {
+  const log = options.verbose;
+  for (; i < entries.length; i++) {
+    const entry = entries[i];
+    // Static tokens resolve without a promise; cloud-cli/cloud-ad may need I/O.
+    if (entry.auth === "cloud-cli" || entry.auth === "cloud-ad") {
+      const at = i;
+      const client = options.client;
+      return resolveToken(entry, (u, init) => fetch(u, { ...init, client } as RequestInit))
+        .then((got) => tryToken(url, req, entries, at, attempt, got, options));
+    }
+    const got = staticToken(entry);
+    if (got.token !== null) return tryToken(url, req, entries, i, attempt, got, options);
+    log?.(`* skipped ${describe(entry)}: ${got.reason}`);
+  }
+  attempt++;
+  log?.(`* attempt ${attempt}: unauthenticated: ${req.method} ${url.href}`);
+  return send(
+    url,
+    req,
+    null,
+    options,
+    log && ((res) => (log(`* attempt ${attempt}: ${res.status} ${res.statusText}`), res)),
+  );
+}
+
+/** One attempt with `entries[i]`'s token; a 401 or 403 moves on to the next entry. */
+function tryToken(
+  url: URL,
+  req: Prepared,
+  entries: readonly AuthEntry[],
+  i: number,
+  attempt: number,
+  got: TokenResult,
+  options: AuthFetchOptions,
+): Promise<Response> {
+  const log = options.verbose;
+  const entry = entries[i];
+  if (got.token === null) {
+    log?.(`* skipped ${describe(entry)}: ${got.reason}`);
+    return tryEntries(url, req, entries, i + 1, attempt, options);
+  }
+  attempt++;
+  log?.(`* attempt ${attempt}: ${describe(entry)}, token ${got.source}: ${req.method} ${url.href}`);
+  const cred = { header: headerFor(entry, got.token), hosts: entry.hosts };
+  return send(url, req, cred, options, (res) => {
     log?.(`* attempt ${attempt}: ${res.status} ${res.statusText}`);
     if (res.status !== 401 && res.status !== 403) return res;
-    await res.body?.cancel();
-  }
-  log?.(`* attempt ${attempt + 1}: unauthenticated: ${req.method} ${url.href}`);
-  const res = await followRedirects(url, req, null, options);
-  log?.(`* attempt ${attempt + 1}: ${res.status} ${res.statusText}`);
-  return res;
+    const next = () => tryEntries(url, req, entries, i + 1, attempt, options);
+    return res.body ? res.body.cancel().then(next) : next();
+  });
 }

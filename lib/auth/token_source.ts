@@ -33,8 +33,26 @@ export function tokenSourceLabel(entry: AuthEntry): string {
   }
 }
 
+/**
+ * A variable is re-read at most this often, as auth.json itself is: a burst
+ * of requests reads it once, and a changed variable is seen within the
+ * interval. (Reading the environment is a call into the runtime, and costs
+ * more than everything else the wrapper does per request.)
+ */
+const ENV_RECHECK_MS = 500;
+const staticCache = new WeakMap<AuthEntry, { at: number; result: TokenResult }>();
+
 /** Resolves a static (inline / env) token without any I/O beyond the environment. */
 export function staticToken(entry: AuthEntry): TokenResult {
+  const now = performance.now();
+  const hit = staticCache.get(entry);
+  if (hit !== undefined && now - hit.at < ENV_RECHECK_MS) return hit.result;
+  const result = readStaticToken(entry);
+  staticCache.set(entry, { at: now, result });
+  return result;
+}
+
+function readStaticToken(entry: AuthEntry): TokenResult {
   if (entry.token_env) {
     const v = Deno.env.get(entry.token_env);
     if (v) return { token: v, source: `$${entry.token_env} ${maskSecret(v)}` };
