@@ -18,8 +18,9 @@ import { makeTestCa } from "../tests/support/tls.ts";
 
 const dec = new TextDecoder();
 const HOSTS = Array.from({ length: 12 }, (_, i) => `h${i}.github.com`);
-const BIG = new Uint8Array(16 * 1024 * 1024);
-const N = 300;
+const N = 200;
+/** Measurement rounds; each figure is the median of its rounds. */
+const ROUNDS = 5;
 
 /**
  * A CONNECT splicer mapping the bench host names to the origin on loopback
@@ -71,6 +72,44 @@ function startRouter(originPort: number): { url: string; close(): Promise<void> 
         }
       }
       await accept;
+    },
+  };
+}
+
+/** The origin, in its own process as a real one would be (bench/origin.ts). */
+async function startOrigin(
+  leaf: { cert: string; key: string },
+  port: number,
+): Promise<{ port: number; close(): Promise<void> }> {
+  const dir = await Deno.makeTempDir({ prefix: "forgekit-bench-origin-" });
+  await Deno.writeTextFile(join(dir, "leaf.pem"), leaf.cert);
+  await Deno.writeTextFile(join(dir, "leaf.key"), leaf.key);
+  const child = new Deno.Command(Deno.execPath(), {
+    args: [
+      "run",
+      "-A",
+      fileURLToPath(new URL("./origin.ts", import.meta.url)),
+      join(dir, "leaf.pem"),
+      join(dir, "leaf.key"),
+      String(port),
+    ],
+    stdout: "piped",
+    stderr: "inherit",
+  }).spawn();
+  const reader = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
+  const first = (await reader.read()).value ?? "";
+  const m = /ready (\d+)/.exec(first);
+  if (!m) {
+    child.kill();
+    throw new Error(`the bench origin did not start on port ${port}`);
+  }
+  return {
+    port: Number(m[1]),
+    async close() {
+      child.kill("SIGTERM");
+      await child.status;
+      await reader.cancel().catch(() => {});
+      await Deno.remove(dir, { recursive: true });
     },
   };
 }
@@ -372,20 +411,14 @@ async function inPrivateHosts(): Promise<string[] | null> {
 async function measure(directHosts: boolean): Promise<string[]> {
   const ca = await makeTestCa("forgekit bench CA");
   const leaf = await ca.issue(HOSTS);
-  const origin = Deno.serve({
-    hostname: "127.0.0.1",
-    port: directHosts ? 443 : 0,
-    cert: leaf.cert,
-    key: leaf.key,
-    onListen() {},
-  }, (req) => new URL(req.url).pathname === "/big" ? new Response(BIG) : new Response("ok\n"));
-  const router = directHosts ? null : startRouter(origin.addr.port);
+  const origin = await startOrigin(leaf, directHosts ? 443 : 0);
+  const router = directHosts ? null : startRouter(origin.port);
   const direct: Target = {
     name: "direct",
     args: [
       "--cacert",
       ca.certPath,
-      ...HOSTS.flatMap((h) => ["--connect-to", `${h}:443:127.0.0.1:${origin.addr.port}`]),
+      ...HOSTS.flatMap((h) => ["--connect-to", `${h}:443:127.0.0.1:${origin.port}`]),
     ],
     close: () => Promise.resolve(),
   };
@@ -399,38 +432,51 @@ async function measure(directHosts: boolean): Promise<string[]> {
   if (await has("mitmdump")) targets.push(await mitmTarget(router?.url, ca.certPath));
   else skipped.push("mitmproxy (not installed: apt-get install -y mitmproxy)");
 
-  const rows: {
-    name: string;
-    h1: number;
-    h2: number;
-    mbs: number;
-    first: number;
-    again: number;
-  }[] = [];
+  // Rounds, the targets' order rotating in each, and the median per figure:
+  // this machine's speed drifts, and drift must hit every target alike.
+  const samples = targets.map(() => ({
+    h1: [] as number[],
+    h2: [] as number[],
+    mbs: [] as number[],
+    again: [] as number[],
+  }));
+  const firsts: number[] = [];
   try {
     for (const t of targets) {
       await curl([...t.args, "-o", "/dev/null", "https://h0.github.com/small"]); // warm up
-      rows.push({
-        name: t.name,
-        h1: await reqPerSec(t, "--http1.1"),
-        h2: await reqPerSec(t, "--http2"),
-        mbs: await mbPerSec(t),
-        // First connection to each host: a leaf is signed; then a cached leaf.
-        first: await newConnMs(t, HOSTS.slice(1)),
-        again: await newConnMs(t, HOSTS.slice(1)),
-      });
+      // First connection to each host: a leaf is signed (then cached).
+      firsts.push(await newConnMs(t, HOSTS.slice(1)));
+    }
+    for (let round = 0; round < ROUNDS; round++) {
+      for (let k = 0; k < targets.length; k++) {
+        const i = (round + k) % targets.length;
+        const t = targets[i];
+        samples[i].h1.push(await reqPerSec(t, "--http1.1"));
+        samples[i].h2.push(await reqPerSec(t, "--http2"));
+        samples[i].mbs.push(await mbPerSec(t));
+        samples[i].again.push(await newConnMs(t, HOSTS.slice(1, 6)));
+      }
     }
   } finally {
     for (const t of targets) await t.close().catch(() => {});
     await router?.close();
-    await origin.shutdown();
+    await origin.close();
   }
+  const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+  const rows = targets.map((t, i) => ({
+    name: t.name,
+    h1: median(samples[i].h1),
+    h2: median(samples[i].h2),
+    mbs: median(samples[i].mbs),
+    first: firsts[i],
+    again: median(samples[i].again),
+  }));
   const d = rows[0];
   const f = (n: number) => n.toFixed(n >= 100 ? 0 : 1);
   const lines = [
     `ssl-bump (curl client, origin on loopback ${
       directHosts ? "dialled directly via a private /etc/hosts" : "via a CONNECT router"
-    }; ${N} sequential requests per kept-alive run; ratio = value / direct)`,
+    }; ${N} sequential requests per kept-alive run; median of ${ROUNDS} interleaved rounds; ratio = value / direct)`,
   ];
   for (const r of rows) {
     lines.push(

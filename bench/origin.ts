@@ -1,7 +1,8 @@
 /**
- * A TLS origin for the firewall benchmarks, in its own process:
- * `deno run -A bench/origin.ts CERT_FILE KEY_FILE PORT` serves /64k and /16m
- * on 127.0.0.1 and prints "ready".
+ * A TLS origin for the firewall benchmarks, in its own process (as a real
+ * origin would be: it must not share the event loop of the proxy measured):
+ * `deno run -A bench/origin.ts CERT_FILE KEY_FILE [PORT]` serves /64k, /16m,
+ * /small ("ok\n") and /big (16 MiB) on 127.0.0.1 and prints "ready PORT".
  */
 const [certFile, keyFile, port = "443"] = Deno.args;
 const small = new Uint8Array(64 * 1024).fill(97);
@@ -11,12 +12,13 @@ Deno.serve({
   port: Number(port),
   cert: Deno.readTextFileSync(certFile),
   key: Deno.readTextFileSync(keyFile),
-  onListen() {
-    console.log("ready");
+  onListen(addr) {
+    console.log(`ready ${addr.port}`);
   },
 }, (req) => {
   const path = new URL(req.url).pathname;
   if (path === "/64k") return new Response(small);
-  if (path === "/16m") return new Response(big);
+  if (path === "/16m" || path === "/big") return new Response(big);
+  if (path === "/small") return new Response("ok\n");
   return new Response("not found", { status: 404 });
 });

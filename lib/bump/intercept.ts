@@ -15,6 +15,7 @@
 import { LeafCache } from "./leaf_cache.ts";
 import type { Leaf } from "./ca.ts";
 import { decideUrl, type UrlPattern } from "./url_pattern.ts";
+import { HOP_BY_HOP, type OriginClient, type OriginResponse } from "./origin_client.ts";
 
 /** One access-log line (the firewall's `AccessLogEntry` shape). */
 export interface BumpLogEntry {
@@ -39,7 +40,9 @@ export interface InterceptorOptions {
   patterns: UrlPattern[];
   /** Signs (or returns the cached) leaf for a host. */
   leafFor: (host: string) => Promise<Leaf>;
-  /** The client for upstream requests (trust and proxy). */
+  /** Upstream requests: pooled HTTP/1.1 connections to origins. */
+  origins: OriginClient;
+  /** The client for upstream WebSocket handshakes (trust and proxy). */
   client: Deno.HttpClient;
   log: (entry: BumpLogEntry) => void;
   debug: (line: string) => void;
@@ -52,25 +55,13 @@ interface ConnContext {
   port: number;
 }
 
-const HOP_BY_HOP = [
-  "connection",
-  "keep-alive",
-  "proxy-connection",
-  "proxy-authenticate",
-  "proxy-authorization",
-  "te",
-  "trailer",
-  "transfer-encoding",
-  "upgrade",
-  "host",
-];
-
-function stripHopByHop(headers: Headers): Headers {
-  const out = new Headers(headers);
-  for (const name of (headers.get("connection") ?? "").split(",")) {
-    if (name.trim() !== "") out.delete(name.trim());
-  }
-  for (const h of HOP_BY_HOP) out.delete(h);
+/** The request's end-to-end headers, as pairs for the origin. */
+function forwardHeaders(headers: Headers): [string, string][] {
+  const listed = (headers.get("connection") ?? "").toLowerCase().split(",").map((s) => s.trim());
+  const out: [string, string][] = [];
+  headers.forEach((v, k) => {
+    if (k !== "host" && !HOP_BY_HOP.has(k) && !listed.includes(k)) out.push([k, v]);
+  });
   return out;
 }
 
@@ -93,19 +84,6 @@ export function splitRawUrl(url: string): { authority: string; path: string; que
 export function expectedAuthority(host: string, port: number): string[] {
   const h = host.toLowerCase();
   return port === 443 ? [h, `${h}:443`] : [`${h}:${port}`];
-}
-
-function counter(onDone: (n: number) => void): TransformStream<Uint8Array, Uint8Array> {
-  let n = 0;
-  return new TransformStream({
-    transform(chunk, c) {
-      n += chunk.byteLength;
-      c.enqueue(chunk);
-    },
-    flush() {
-      onDone(n);
-    },
-  });
 }
 
 interface Listener {
@@ -145,6 +123,7 @@ export class Interceptor {
     try {
       if (this.#closed) throw new Error("Interception is closed");
       const key = host.toLowerCase();
+      this.#opts.origins.warm(key, port);
       const listener = await this.#listeners.get(key, () => this.#listen(key));
       inner = await Deno.connect({ hostname: "127.0.0.1", port: listener.port });
       localPort = inner.localAddr.port;
@@ -261,18 +240,25 @@ export class Interceptor {
     }
 
     let bytesOut = 0;
-    const body = req.body?.pipeThrough(counter((n) => bytesOut = n)) ?? null;
-    let upstream: Response;
+    let upstream: OriginResponse;
+    let response: Response;
     try {
-      const init: RequestInit & { client: Deno.HttpClient; duplex: "half" } = {
+      upstream = await this.#opts.origins.request({
+        host: ctx.host,
+        port: ctx.port,
         method: req.method,
-        headers: stripHopByHop(req.headers),
-        body,
-        redirect: "manual",
-        client: this.#opts.client,
-        duplex: "half",
-      };
-      upstream = await fetch(target, init);
+        target: target.slice(origin.length),
+        headers: forwardHeaders(req.headers),
+        body: req.body,
+        onBodyBytes: (n) => bytesOut = n,
+      });
+      // A reason phrase Response rejects is dropped; a status it rejects is a 502.
+      const init = { status: upstream.status, headers: upstream.headers };
+      try {
+        response = new Response(upstream.body, { ...init, statusText: upstream.statusText });
+      } catch {
+        response = new Response(upstream.body, init);
+      }
     } catch (e) {
       this.#opts.log(entry("allowed", decision.rule, 502, sentUrl, {
         pattern,
@@ -284,26 +270,16 @@ export class Interceptor {
       });
     }
     const status = upstream.status;
-    const done = (bytesIn: number) =>
+    upstream.onEnd((bytesIn) =>
       this.#opts.log(
         entry("allowed", decision.rule, status, sentUrl, {
           pattern,
           bytes_in: bytesIn,
           bytes_out: bytesOut,
         }),
-      );
-    // With a declared length the body is passed through untouched (no
-    // per-chunk transform) and the declared length is logged.
-    const declared = Number(upstream.headers.get("content-length") ?? NaN);
-    let respBody: ReadableStream<Uint8Array> | null = upstream.body;
-    if (!respBody) done(0);
-    else if (Number.isSafeInteger(declared)) done(declared);
-    else respBody = respBody.pipeThrough(counter(done));
-    const headers = stripHopByHop(upstream.headers);
-    // Deno.serve answers a streamed body with a content-length ~20 ms late per
-    // request on HTTP/1.1 (measured); chunked framing is immediate.
-    if (respBody) headers.delete("content-length");
-    return new Response(respBody, { status, statusText: upstream.statusText, headers });
+      )
+    );
+    return response;
   }
 
   #websocket(req: Request, target: string, logged: (status: number) => void): Response {

@@ -9,6 +9,8 @@ import { join } from "node:path";
 import { createSessionCa, type Leaf } from "./ca.ts";
 import { type BumpLogEntry, Interceptor } from "./intercept.ts";
 import { LeafCache } from "./leaf_cache.ts";
+import { OriginClient } from "./origin_client.ts";
+import { proxyEnv } from "./upstream.ts";
 import { joinBundle, readSystemRoots } from "./trust_bundle.ts";
 import type { UrlPattern } from "./url_pattern.ts";
 
@@ -100,8 +102,15 @@ export async function createBumpSession(options: BumpSessionOptions): Promise<Bu
     caCerts: options.upstreamCaCerts,
     ...(options.upstreamProxy ? { proxy: { url: options.upstreamProxy } } : {}),
   });
+  const origins = new OriginClient({
+    caCerts: options.upstreamCaCerts,
+    upstream: options.upstreamProxy
+      ? { https: new URL(options.upstreamProxy), noProxy: [] }
+      : proxyEnv(),
+  });
   const interceptor = new Interceptor({
     patterns: options.patterns,
+    origins,
     leafFor: (host) => leaves.get(host, () => ca.issueLeaf(host)),
     client,
     log: options.log,
@@ -118,6 +127,7 @@ export async function createBumpSession(options: BumpSessionOptions): Promise<Bu
         await wipe(keyPath, ca.keyPem.length);
         await interceptor.close();
         leaves.clear();
+        origins.close();
         client.close();
       })();
       return closed;

@@ -1,0 +1,199 @@
+/**
+ * The bump-mode upstream client against a scripted TLS origin on loopback:
+ * framing (length, chunked with trailers, close-delimited, none), reuse of a
+ * kept-alive connection, the retry after an origin closed an idle one, and
+ * the refusal of conflicting lengths. Plus the pure framing decisions.
+ */
+import assert from "node:assert/strict";
+import {
+  OriginClient,
+  OriginProtocolError,
+  parseResponseHead,
+  responseFraming,
+} from "../lib/bump/origin_client.ts";
+import { makeTestCa } from "./support/tls.ts";
+
+const enc = new TextEncoder();
+const dec = new TextDecoder();
+
+Deno.test("responseFraming follows RFC 9112 §6.3", () => {
+  const h = (...pairs: [string, string][]) => pairs;
+  const cases: [string, number, [string, string][], string, boolean][] = [
+    ["GET", 200, h(["content-length", "5"]), "length:5", true],
+    ["HEAD", 200, h(["content-length", "5"]), "none", true],
+    ["GET", 204, h(), "none", true],
+    ["GET", 304, h(["content-length", "9"]), "none", true],
+    ["GET", 200, h(["transfer-encoding", "chunked"]), "chunked", true],
+    ["GET", 200, h(["transfer-encoding", "gzip, chunked"]), "chunked", true],
+    ["GET", 200, h(["transfer-encoding", "chunked"], ["content-length", "5"]), "chunked", false],
+    ["GET", 200, h(["transfer-encoding", "gzip"]), "close", false],
+    ["GET", 200, h(), "close", false],
+    ["GET", 200, h(["content-length", "5"], ["connection", "close"]), "length:5", false],
+    ["GET", 200, h(["content-length", "5, 5"]), "length:5", true],
+  ];
+  for (const [method, status, headers, want, reusable] of cases) {
+    const got = responseFraming(method, status, headers);
+    const text = got.framing.kind === "length" ? `length:${got.framing.length}` : got.framing.kind;
+    assert.equal(text, want, `${method} ${status} ${JSON.stringify(headers)}`);
+    assert.equal(got.reusable, reusable, `${method} ${status} ${JSON.stringify(headers)}`);
+  }
+  for (const bad of [["5", "6"], ["-1"], ["5x"], ["1e3"]]) {
+    assert.throws(
+      () => responseFraming("GET", 200, bad.map((v) => ["content-length", v])),
+      OriginProtocolError,
+    );
+  }
+});
+
+Deno.test("parseResponseHead rejects malformed heads", () => {
+  assert.deepEqual(parseResponseHead("HTTP/1.1 404 Not Found\r\nX-A:  b \r\nSet-Cookie: c"), {
+    status: 404,
+    statusText: "Not Found",
+    headers: [["x-a", "b"], ["set-cookie", "c"]],
+  });
+  for (
+    const bad of [
+      "HTTP/2 200 OK",
+      "HTTP/1.1 20 OK",
+      "HTTP/1.1 200 OK\r\n folded",
+      "HTTP/1.1 200\r\nno colon",
+      "HTTP/1.1 200\r\nbad name: x",
+    ]
+  ) {
+    assert.throws(() => parseResponseHead(bad), OriginProtocolError, bad);
+  }
+});
+
+/** A TLS origin that answers each request head with the next scripted reply. */
+async function scriptedOrigin(replies: (string | { reply?: string; close: true })[]) {
+  const ca = await makeTestCa("origin client test CA");
+  const leaf = await ca.issue(["127.0.0.1"]);
+  const listener = Deno.listenTls({
+    hostname: "127.0.0.1",
+    port: 0,
+    cert: leaf.cert,
+    key: leaf.key,
+  });
+  const heads: string[] = [];
+  let accepted = 0;
+  const serving = (async () => {
+    for await (const conn of listener) {
+      accepted++;
+      (async () => {
+        const buf = new Uint8Array(65536);
+        let pending = "";
+        for (;;) {
+          const n = await conn.read(buf);
+          if (n === null) break;
+          pending += dec.decode(buf.subarray(0, n));
+          let end: number;
+          while ((end = pending.indexOf("\r\n\r\n")) !== -1) {
+            heads.push(pending.slice(0, end));
+            pending = pending.slice(end + 4);
+            const reply = replies.shift();
+            if (reply === undefined || typeof reply !== "string") {
+              if (reply?.reply) await conn.write(enc.encode(reply.reply));
+              conn.close();
+              return;
+            }
+            await conn.write(enc.encode(reply));
+          }
+        }
+        conn.close();
+      })().catch(() => {});
+    }
+  })();
+  const client = new OriginClient({
+    caCerts: [ca.cert],
+    upstream: { noProxy: [] },
+  });
+  const port = listener.addr.port;
+  return {
+    heads,
+    accepted: () => accepted,
+    get: async (target: string, method = "GET") => {
+      const res = await client.request({
+        host: "127.0.0.1",
+        port,
+        method,
+        target,
+        headers: [["x-test", "1"]],
+        body: null,
+      });
+      const body = res.body === null
+        ? ""
+        : res.body instanceof Uint8Array
+        ? dec.decode(res.body)
+        : await new Response(res.body).text();
+      return { ...res, text: body };
+    },
+    async close() {
+      client.close();
+      listener.close();
+      await serving.catch(() => {});
+    },
+  };
+}
+
+Deno.test("the origin client frames bodies and reuses one kept-alive connection", async () => {
+  const o = await scriptedOrigin([
+    "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello",
+    "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3;ext=1\r\nabc\r\n2\r\nde\r\n0\r\nX-Trailer: t\r\n\r\n",
+    "HTTP/1.1 204 No Content\r\n\r\n",
+    "HTTP/1.1 200 OK\r\nContent-Length: 42\r\n\r\n",
+  ]);
+  try {
+    const a = await o.get("/a?x=1");
+    assert.equal(a.status, 200);
+    assert.equal(a.text, "hello");
+    const b = await o.get("/b");
+    assert.equal(b.text, "abcde");
+    const c = await o.get("/c");
+    assert.equal(c.status, 204);
+    assert.equal(c.body, null);
+    const d = await o.get("/d", "HEAD");
+    assert.equal(d.body, null);
+    assert.deepEqual(d.headers, [["content-length", "42"]]);
+    assert.equal(o.accepted(), 1);
+    assert.match(o.heads[0], /^GET \/a\?x=1 HTTP\/1\.1\r\nhost: 127\.0\.0\.1:\d+\r\nx-test: 1$/);
+  } finally {
+    await o.close();
+  }
+});
+
+Deno.test("a body-less request is retried once when the origin closed the idle connection", async () => {
+  const o = await scriptedOrigin([
+    "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+    { close: true },
+    "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nagain",
+  ]);
+  try {
+    assert.equal((await o.get("/1")).text, "ok");
+    assert.equal((await o.get("/2")).text, "again");
+    assert.equal(o.accepted(), 2);
+  } finally {
+    await o.close();
+  }
+});
+
+Deno.test("conflicting lengths and close-delimited bodies", async () => {
+  const o = await scriptedOrigin([
+    "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd",
+  ]);
+  try {
+    await assert.rejects(o.get("/x"), OriginProtocolError);
+  } finally {
+    await o.close();
+  }
+  const p = await scriptedOrigin([{ reply: "HTTP/1.1 200 OK\r\n\r\nuntil the end", close: true }]);
+  try {
+    const res = await Promise.race([
+      p.get("/y"),
+      new Promise<never>((_, reject) => setTimeout(() => reject(new Error("hung")), 3000)),
+    ]);
+    assert.equal(res.status, 200);
+    assert.equal(res.text, "until the end");
+  } finally {
+    await p.close();
+  }
+});
