@@ -65,7 +65,10 @@ Deno.test("parseResponseHead rejects malformed heads", () => {
 });
 
 /** A TLS origin that answers each request head with the next scripted reply. */
-async function scriptedOrigin(replies: (string | { reply?: string; close: true })[]) {
+async function scriptedOrigin(
+  replies: (string | { reply?: string; close: true })[],
+  idleMs?: number,
+) {
   const ca = await makeTestCa("origin client test CA");
   const leaf = await ca.issue(["127.0.0.1"]);
   const listener = Deno.listenTls({
@@ -106,6 +109,7 @@ async function scriptedOrigin(replies: (string | { reply?: string; close: true }
   const client = new OriginClient({
     caCerts: [ca.cert],
     upstream: { noProxy: [] },
+    idleMs,
   });
   const port = listener.addr.port;
   return {
@@ -195,5 +199,20 @@ Deno.test("conflicting lengths and close-delimited bodies", async () => {
     assert.equal(res.text, "until the end");
   } finally {
     await p.close();
+  }
+});
+
+Deno.test("a connection idle longer than idleMs is not reused", async () => {
+  const reply = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+  const o = await scriptedOrigin([reply, reply, reply], 200);
+  try {
+    await o.get("/1");
+    await o.get("/2");
+    assert.equal(o.accepted(), 1);
+    await new Promise((r) => setTimeout(r, 300));
+    await o.get("/3");
+    assert.equal(o.accepted(), 2);
+  } finally {
+    await o.close();
   }
 });

@@ -94,7 +94,8 @@ class OriginConn {
   end = 0;
   /** Requests sent on this connection so far. */
   uses = 0;
-  idleTimer: ReturnType<typeof setTimeout> | undefined;
+  /** When it was last put back in the pool (performance.now()). */
+  idleSince = 0;
 
   constructor(readonly conn: Deno.TlsConn, readonly key: string) {}
 
@@ -152,7 +153,6 @@ class OriginConn {
   }
 
   close(): void {
-    if (this.idleTimer !== undefined) clearTimeout(this.idleTimer);
     try {
       this.conn.close();
     } catch {
@@ -235,6 +235,7 @@ export class OriginClient {
   #opts: OriginClientOptions;
   #idle = new Map<string, OriginConn[]>();
   #warming = new Map<string, Promise<OriginConn | null>>();
+  #sweeper: ReturnType<typeof setInterval> | undefined;
   #closed = false;
 
   constructor(options: OriginClientOptions) {
@@ -287,6 +288,7 @@ export class OriginClient {
   /** Closes every idle connection; later requests fail. */
   close(): void {
     this.#closed = true;
+    if (this.#sweeper !== undefined) clearInterval(this.#sweeper);
     for (const pending of this.#warming.values()) pending.then((oc) => oc?.close());
     this.#warming.clear();
     for (const list of this.#idle.values()) for (const oc of list) oc.close();
@@ -302,12 +304,12 @@ export class OriginClient {
 
   #takeIdle(key: string): OriginConn | undefined {
     const list = this.#idle.get(key);
-    const oc = list?.pop();
-    if (oc?.idleTimer !== undefined) {
-      clearTimeout(oc.idleTimer);
-      oc.idleTimer = undefined;
+    const limit = performance.now() - (this.#opts.idleMs ?? 30_000);
+    for (let oc = list?.pop(); oc !== undefined; oc = list!.pop()) {
+      if (oc.idleSince >= limit) return oc;
+      oc.close(); // idle too long: the origin may close it any moment
     }
-    return oc;
+    return undefined;
   }
 
   #release(oc: OriginConn): void {
@@ -315,14 +317,24 @@ export class OriginClient {
     let list = this.#idle.get(oc.key);
     if (!list) this.#idle.set(oc.key, list = []);
     if (list.length >= (this.#opts.maxIdle ?? 32)) return oc.close();
+    oc.idleSince = performance.now();
     list.push(oc);
-    const timer = setTimeout(() => {
-      const i = list!.indexOf(oc);
-      if (i !== -1) list!.splice(i, 1);
-      oc.close();
-    }, this.#opts.idleMs ?? 30_000);
-    Deno.unrefTimer(timer);
-    oc.idleTimer = timer;
+    // One sweep timer per client, not one timer per request.
+    if (this.#sweeper === undefined) {
+      const every = (this.#opts.idleMs ?? 30_000) / 2;
+      this.#sweeper = setInterval(() => this.#sweep(), every);
+      Deno.unrefTimer(this.#sweeper);
+    }
+  }
+
+  /** Closes connections idle longer than idleMs. */
+  #sweep(): void {
+    const limit = performance.now() - (this.#opts.idleMs ?? 30_000);
+    for (const [key, list] of this.#idle) {
+      const keep = list.filter((oc) => oc.idleSince >= limit || (oc.close(), false));
+      if (keep.length === 0) this.#idle.delete(key);
+      else this.#idle.set(key, keep);
+    }
   }
 
   async #dial(host: string, port: number, key: string): Promise<OriginConn> {
