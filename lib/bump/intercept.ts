@@ -15,25 +15,12 @@
 import { LeafCache } from "./leaf_cache.ts";
 import type { Leaf } from "./ca.ts";
 import { decideUrl, type UrlPattern } from "./url_pattern.ts";
+import { closeQuietly, pump, writeAll } from "./conn_io.ts";
+import type { AccessLogEntry } from "./access_log.ts";
 import { HOP_BY_HOP, type OriginClient, type OriginResponse } from "./origin_client.ts";
 
-/** One access-log line (the firewall's `AccessLogEntry` shape). */
-export interface BumpLogEntry {
-  time: string;
-  method: string;
-  scheme: "https" | "http";
-  host: string;
-  port: number;
-  url: string | null;
-  decision: "allowed" | "blocked";
-  rule: string;
-  status: number | null;
-  bytes_out: number;
-  bytes_in: number;
-  duration_ms: number;
-  pattern?: string;
-  reason?: string;
-}
+/** One access-log line: the firewall's entry. */
+export type BumpLogEntry = AccessLogEntry;
 
 /** Options of {@linkcode Interceptor}. */
 export interface InterceptorOptions {
@@ -133,7 +120,7 @@ export class Interceptor {
       this.#conns.set(localPort, { host: key, port });
       await writeAll(inner, clientHello);
       const a = inner;
-      await Promise.allSettled([copy(client, a), copy(a, client)]);
+      await Promise.all([pump(client, a), pump(a, client)]);
     } catch (e) {
       this.#opts.debug(`ssl-bump: interception of ${host}:${port} ended: ${(e as Error).message}`);
     } finally {
@@ -324,33 +311,4 @@ function blocked(reason: string, body: string): Response {
     status: 403,
     headers: { "x-proxy-error": reason, "content-type": "text/plain; charset=utf-8" },
   });
-}
-
-/** Copies until EOF with one reused buffer (faster than piping the stream wrappers), then half-closes. */
-async function copy(from: Deno.Conn, to: Deno.Conn): Promise<void> {
-  const buf = new Uint8Array(64 * 1024);
-  try {
-    while (true) {
-      const n = await from.read(buf);
-      if (n === null) break;
-      await writeAll(to, buf.subarray(0, n));
-    }
-    await to.closeWrite();
-  } catch {
-    closeQuietly(from);
-    closeQuietly(to);
-  }
-}
-
-async function writeAll(conn: Deno.Conn, data: Uint8Array): Promise<void> {
-  let off = 0;
-  while (off < data.length) off += await conn.write(data.subarray(off));
-}
-
-function closeQuietly(conn: Deno.Conn | undefined): void {
-  try {
-    conn?.close();
-  } catch {
-    // already closed
-  }
 }

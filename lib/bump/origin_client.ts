@@ -18,6 +18,7 @@
  */
 import { dialTunnel, type UpstreamProxyEnv } from "./upstream.ts";
 import { MAX_HEAD } from "./http_head.ts";
+import { writeAll } from "./conn_io.ts";
 
 /** A request to an origin. */
 export interface OriginRequest {
@@ -588,8 +589,4 @@ async function sendBody(
   }
   if (chunked) await writeAll(conn, enc.encode("0\r\n\r\n"));
   count?.(sent);
-}
-
-async function writeAll(conn: Deno.Conn, data: Uint8Array): Promise<void> {
-  for (let off = 0; off < data.length;) off += await conn.write(data.subarray(off));
 }

@@ -8,6 +8,7 @@ import { MAX_HELLO, parseClientHello } from "./client_hello.ts";
 import { decide, type Decision, type DomainPolicy } from "./domain_policy.ts";
 import { normalizeDomain } from "./host_validation.ts";
 import { readHttpHead } from "./http_head.ts";
+import { closeQuietly as close, pump } from "./conn_io.ts";
 import { dialHttp, dialTunnel, type UpstreamProxyEnv } from "./upstream.ts";
 
 /** What the proxy needs to run. */
@@ -40,29 +41,6 @@ function blockResponse(host: string, d: Decision): Uint8Array {
       enc.encode(body).length
     }\r\nConnection: close\r\n\r\n${body}`,
   );
-}
-
-function close(c: Deno.Conn) {
-  try {
-    c.close();
-  } catch { /* closed */ }
-}
-
-/** Copies a → b, counting bytes; resolves when a ends. */
-async function pump(a: Deno.Conn, b: Deno.Conn, count: (n: number) => void): Promise<void> {
-  const buf = new Uint8Array(64 * 1024);
-  try {
-    while (true) {
-      const n = await a.read(buf);
-      if (n === null) break;
-      count(n);
-      let off = 0;
-      while (off < n) off += await b.write(buf.subarray(off, n));
-    }
-  } catch { /* a side went away */ }
-  try {
-    await b.closeWrite();
-  } catch { /* closed */ }
 }
 
 /** Splices two connections both ways; returns the bytes each way. */

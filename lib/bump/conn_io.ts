@@ -1,0 +1,46 @@
+/**
+ * Byte plumbing between connections, shared by the proxy (splice mode) and
+ * the ssl-bump interceptor: write everything, copy until EOF, close quietly.
+ */
+
+/** Writes all of `data` (a write may take only part of it). */
+export async function writeAll(conn: Deno.Conn, data: Uint8Array): Promise<void> {
+  for (let off = 0; off < data.length;) off += await conn.write(data.subarray(off));
+}
+
+/** Closes a connection that may already be closed. */
+export function closeQuietly(conn: Deno.Conn | undefined): void {
+  try {
+    conn?.close();
+  } catch {
+    // already closed
+  }
+}
+
+/**
+ * Copies `from` → `to` until EOF with one reused buffer (cheaper than
+ * piping the stream wrappers), counting bytes, then half-closes `to`. An
+ * error on either side ends the copy.
+ */
+export async function pump(
+  from: Deno.Conn,
+  to: Deno.Conn,
+  count: (n: number) => void = () => {},
+): Promise<void> {
+  const buf = new Uint8Array(64 * 1024);
+  try {
+    while (true) {
+      const n = await from.read(buf);
+      if (n === null) break;
+      count(n);
+      await writeAll(to, buf.subarray(0, n));
+    }
+  } catch {
+    // one side went away
+  }
+  try {
+    await to.closeWrite();
+  } catch {
+    // closed
+  }
+}
