@@ -22,10 +22,10 @@ export interface AccessLogEntry {
   reason?: string;
 }
 
-/** Appends entries to a file and keeps them for the end-of-run summary. */
+/** Appends entries to a file and tallies the blocked ones for the end-of-run summary. */
 export class AccessLog {
   readonly path: string;
-  readonly entries: AccessLogEntry[] = [];
+  readonly blocked: BlockedTally = new BlockedTally();
   #file: Deno.FsFile;
   #enc = new TextEncoder();
   #debug?: (line: string) => void;
@@ -38,7 +38,7 @@ export class AccessLog {
 
   /** Writes one entry (synchronously, so that nothing is lost on exit). */
   write(entry: AccessLogEntry): void {
-    this.entries.push(entry);
+    this.blocked.add(entry);
     this.#file.writeSync(this.#enc.encode(JSON.stringify(entry) + "\n"));
     this.#debug?.(
       `forgekit firewall: ${entry.decision} ${entry.method} ${
@@ -54,29 +54,51 @@ export class AccessLog {
   }
 }
 
-/** The end-of-run summary of blocked traffic, or null when nothing was blocked. */
-export function blockedSummary(entries: AccessLogEntry[], allow: string[]): string | null {
-  const blocked = entries.filter((e) => e.decision === "blocked");
-  if (blocked.length === 0) return null;
-  const hosts = new Map<string, number>();
-  for (const e of blocked) hosts.set(e.host, (hosts.get(e.host) ?? 0) + 1);
-  const lines = ["forgekit firewall: blocked requests:"];
-  for (const [host, n] of [...hosts].sort((a, b) => b[1] - a[1])) lines.push(`  ${host}  ${n}`);
-  const domainBlocked = [
-    ...new Set(blocked.filter((e) => e.rule === "no-rule").map((e) => e.host)),
-  ];
-  if (domainBlocked.length) {
-    lines.push(`  to allow them: --allow-domains ${[...allow, ...domainBlocked].join(",")}`);
-  }
-  const urls = blocked.filter((e) => e.url && e.rule.startsWith("url-"));
-  if (urls.length) {
-    lines.push("  blocked URLs by host:");
-    const byHost = new Map<string, string[]>();
-    for (const e of urls) byHost.set(e.host, [...(byHost.get(e.host) ?? []), e.url!]);
-    for (const [host, list] of byHost) {
-      lines.push(`    ${host}:`);
-      for (const u of [...new Set(list)]) lines.push(`      ${u}`);
+/** The most distinct blocked URLs the summary keeps per host (the access log has them all). */
+export const SUMMARY_URLS_PER_HOST = 20;
+
+/**
+ * What the end-of-run summary needs from the blocked entries, in bounded
+ * memory however long the run: counts per host, the hosts no rule allowed,
+ * and up to {@linkcode SUMMARY_URLS_PER_HOST} distinct blocked URLs per host.
+ */
+export class BlockedTally {
+  #perHost = new Map<string, number>();
+  #noRule = new Set<string>();
+  #urls = new Map<string, { shown: Set<string>; more: number }>();
+
+  /** Counts an entry; allowed entries are ignored. */
+  add(e: AccessLogEntry): void {
+    if (e.decision !== "blocked") return;
+    this.#perHost.set(e.host, (this.#perHost.get(e.host) ?? 0) + 1);
+    if (e.rule === "no-rule") this.#noRule.add(e.host);
+    if (e.url && e.rule.startsWith("url-")) {
+      let u = this.#urls.get(e.host);
+      if (!u) this.#urls.set(e.host, u = { shown: new Set(), more: 0 });
+      if (u.shown.has(e.url)) return;
+      if (u.shown.size < SUMMARY_URLS_PER_HOST) u.shown.add(e.url);
+      else u.more++;
     }
   }
-  return lines.join("\n");
+
+  /** The end-of-run summary of blocked traffic, or null when nothing was blocked. */
+  summary(allow: string[]): string | null {
+    if (this.#perHost.size === 0) return null;
+    const lines = ["forgekit firewall: blocked requests:"];
+    for (const [host, n] of [...this.#perHost].sort((a, b) => b[1] - a[1])) {
+      lines.push(`  ${host}  ${n}`);
+    }
+    if (this.#noRule.size) {
+      lines.push(`  to allow them: --allow-domains ${[...allow, ...this.#noRule].join(",")}`);
+    }
+    if (this.#urls.size) {
+      lines.push("  blocked URLs by host:");
+      for (const [host, { shown, more }] of this.#urls) {
+        lines.push(`    ${host}:`);
+        for (const u of shown) lines.push(`      ${u}`);
+        if (more) lines.push(`      … and ${more} more blocked requests (see the access log)`);
+      }
+    }
+    return lines.join("\n");
+  }
 }

@@ -1,7 +1,7 @@
 /** `forgekit firewall`: run a command whose only way out is forgekit's filtering proxy. */
 import { join } from "node:path";
 import { CliError, parseCommandArgs, splitList, usageError, yellow } from "../cli/mod.ts";
-import { AccessLog, blockedSummary } from "./access_log.ts";
+import { AccessLog } from "./access_log.ts";
 import { domainMatches } from "./domain_policy.ts";
 import { splitDomainText, validateDomains } from "./host_validation.ts";
 import { serveProxy } from "./proxy.ts";
@@ -270,7 +270,7 @@ export async function runFirewall(argv: string[]): Promise<number> {
     log.close();
     Deno.removeSignalListener("SIGINT", onSignal);
     Deno.removeSignalListener("SIGTERM", onSignal);
-    const summary = blockedSummary(log.entries, allow);
+    const summary = log.blocked.summary(allow);
     if (summary && level !== "error") console.error(summary);
     info(`forgekit firewall: access log ${log.path}`);
   }

@@ -1,0 +1,69 @@
+import assert from "node:assert/strict";
+import { type AccessLogEntry, BlockedTally, SUMMARY_URLS_PER_HOST } from "./access_log.ts";
+
+function entry(over: Partial<AccessLogEntry>): AccessLogEntry {
+  return {
+    time: "2026-01-01T00:00:00.000Z",
+    method: "GET",
+    scheme: "https",
+    host: "example.com",
+    port: 443,
+    url: null,
+    decision: "blocked",
+    rule: "no-rule",
+    status: 403,
+    bytes_out: 0,
+    bytes_in: 0,
+    duration_ms: 0,
+    ...over,
+  };
+}
+
+Deno.test("the summary is null when nothing was blocked", () => {
+  const t = new BlockedTally();
+  t.add(entry({ decision: "allowed", rule: "allow-domains:example.com" }));
+  assert.equal(t.summary(["example.com"]), null);
+});
+
+Deno.test("the summary counts per host (most first), suggests domains and lists URLs", () => {
+  const t = new BlockedTally();
+  t.add(entry({ host: "a.example" }));
+  for (let i = 0; i < 3; i++) t.add(entry({ host: "b.example" }));
+  t.add(entry({ host: "c.example", rule: "port:8443" }));
+  t.add(entry({ host: "api.example", rule: "url-policy:no-match", url: "https://api.example/x" }));
+  t.add(entry({ host: "api.example", rule: "url-policy:no-match", url: "https://api.example/x" }));
+  t.add(
+    entry({ host: "api.example", rule: "url-policy:unsafe-path", url: "https://api.example/%2F" }),
+  );
+  t.add(entry({ host: "api.example", rule: "host-mismatch", url: "https://api.example/h" }));
+  assert.equal(
+    t.summary(["api.example"]),
+    [
+      "forgekit firewall: blocked requests:",
+      "  api.example  4",
+      "  b.example  3",
+      "  a.example  1",
+      "  c.example  1",
+      "  to allow them: --allow-domains api.example,a.example,b.example",
+      "  blocked URLs by host:",
+      "    api.example:",
+      "      https://api.example/x",
+      "      https://api.example/%2F",
+    ].join("\n"),
+  );
+});
+
+Deno.test("a long run keeps a bounded number of URLs per host and says how many more", () => {
+  const t = new BlockedTally();
+  const extra = 5;
+  for (let round = 0; round < 2; round++) {
+    for (let i = 0; i < SUMMARY_URLS_PER_HOST + extra; i++) {
+      t.add(entry({ rule: "url-policy:no-match", url: `https://example.com/${i}` }));
+    }
+  }
+  const lines = t.summary([])!.split("\n");
+  assert.equal(lines[1], `  example.com  ${2 * (SUMMARY_URLS_PER_HOST + extra)}`);
+  assert.equal(lines.filter((l) => l.startsWith("      https://")).length, SUMMARY_URLS_PER_HOST);
+  // URLs past the limit are counted each time they are seen (not deduplicated).
+  assert.equal(lines.at(-1), `      … and ${2 * extra} more blocked requests (see the access log)`);
+});
