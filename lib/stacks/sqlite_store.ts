@@ -344,6 +344,18 @@ class SqliteStore implements Store {
     ) !== undefined;
   }
 
+  async branchShas(repoId: number, names: string[]) {
+    const shas = new Map<string, string>();
+    if (names.length === 0) return shas;
+    const rows = this.#r.all(
+      "SELECT name, sha FROM branches WHERE repo_id = ? AND name IN (SELECT value FROM json_each(?))",
+      repoId,
+      JSON.stringify(names),
+    );
+    for (const r of rows) shas.set(String(r.name), String(r.sha));
+    return shas;
+  }
+
   async getBranch(repoId: number, name: string) {
     return (this.#r.get("SELECT * FROM branches WHERE repo_id = ? AND name = ?", repoId, name) as
       | BranchRow
@@ -491,6 +503,16 @@ class SqliteStore implements Store {
       "SELECT * FROM stacks WHERE id IN (SELECT value FROM json_each(?))",
       JSON.stringify(ids),
     ).map(toStack);
+  }
+  async stackSizes(stackIds: number[]) {
+    const sizes = new Map<number, number>();
+    if (stackIds.length === 0) return sizes;
+    const rows = this.#r.all(
+      "SELECT stack_id, count(*) AS n FROM pulls WHERE stack_id IN (SELECT value FROM json_each(?)) GROUP BY stack_id",
+      JSON.stringify(stackIds),
+    );
+    for (const r of rows) sizes.set(Number(r.stack_id), Number(r.n));
+    return sizes;
   }
   async pullsInStacks(stackIds: number[]) {
     if (stackIds.length === 0) return [];

@@ -88,6 +88,8 @@ export interface Store {
   isCollaborator(repoId: number, userId: number): Promise<boolean>;
 
   getBranch(repoId: number, name: string): Promise<BranchRow | null>;
+  /** The shas of those of `names` that exist, in one query (name → sha). */
+  branchShas(repoId: number, names: string[]): Promise<Map<string, string>>;
   putBranch(repoId: number, name: string, sha: string): Promise<void>;
   deleteBranch(repoId: number, name: string): Promise<void>;
 
@@ -108,6 +110,8 @@ export interface Store {
   getStack(repoId: number, number: number): Promise<StackRow | null>;
   stacksByIds(ids: number[]): Promise<StackRow[]>;
   pullsInStacks(stackIds: number[]): Promise<PullRow[]>;
+  /** How many pull requests each of the stacks holds (stacks without any are left out). */
+  stackSizes(stackIds: number[]): Promise<Map<number, number>>;
   listStacks(
     repoId: number,
     pullNumber: number | null,
