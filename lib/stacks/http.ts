@@ -55,7 +55,7 @@ export function pageParams(c: Context<Env>): { perPage: number; page: number } {
     const raw = c.req.query(name);
     if (raw === undefined || raw === "") return dflt;
     const n = Number(raw);
-    if (!Number.isInteger(n) || n < 1) {
+    if (!Number.isSafeInteger(n) || n < 1) {
       throw new ApiError(422, "Validation Failed", {
         errors: [{
           resource: "Search",
