@@ -44,3 +44,24 @@ export async function pump(
     // closed
   }
 }
+
+/**
+ * Sends a final response and closes without losing it: the write side is
+ * shut first, and whatever the client still sends is read and dropped (for
+ * at most `ms`), so that unread input does not make the kernel reset the
+ * connection before the client has read the response.
+ */
+export async function refuse(conn: Deno.Conn, response: Uint8Array, ms = 1000): Promise<void> {
+  const timer = setTimeout(() => closeQuietly(conn), ms);
+  try {
+    await writeAll(conn, response);
+    await conn.closeWrite();
+    const sink = new Uint8Array(16 * 1024);
+    while ((await conn.read(sink)) !== null) { /* drop */ }
+  } catch {
+    // the client went away, or the timer closed the connection
+  } finally {
+    clearTimeout(timer);
+    closeQuietly(conn);
+  }
+}

@@ -3,10 +3,19 @@
 /** The largest head accepted. */
 export const MAX_HEAD = 64 * 1024;
 
+/** A head longer than {@linkcode MAX_HEAD} bytes. */
+export class HeadTooLargeError extends Error {
+  constructor() {
+    super(`the message head exceeds ${MAX_HEAD} bytes`);
+    this.name = "HeadTooLargeError";
+  }
+}
+
 /**
  * Reads up to the blank line that ends an HTTP head. Returns the head text
  * (without the blank line) and any bytes read after it, or null when the
- * connection ended first or the head is too large.
+ * connection ended first; throws {@linkcode HeadTooLargeError} past
+ * {@linkcode MAX_HEAD} bytes.
  */
 export async function readHttpHead(
   conn: Deno.Conn,
@@ -31,5 +40,43 @@ export async function readHttpHead(
     }
     scanned = buf.length;
   }
+  throw new HeadTooLargeError();
+}
+
+/**
+ * Why a request head's body framing is unsafe to forward (RFC 9112 §6.3),
+ * or null when it is fine: a Transfer-Encoding together with a
+ * Content-Length, a Transfer-Encoding other than a final `chunked`, or a
+ * Content-Length that is not one decimal number. Ambiguous framing is how
+ * requests are smuggled past a filter that reads a message differently
+ * from the server behind it.
+ *
+ * @example
+ * ```ts
+ * requestFramingError(["Host: a", "Content-Length: 5"]); // null
+ * requestFramingError(["Content-Length: 5", "Transfer-Encoding: chunked"]); // "…"
+ * ```
+ */
+export function requestFramingError(headerLines: string[]): string | null {
+  const lengths: string[] = [];
+  const codings: string[] = [];
+  for (const line of headerLines) {
+    const colon = line.indexOf(":");
+    if (colon <= 0) return `a header line without a name: ${JSON.stringify(line.slice(0, 40))}`;
+    const name = line.slice(0, colon);
+    if (/\s/.test(name)) return `whitespace in the header name ${JSON.stringify(name)}`;
+    const value = line.slice(colon + 1).trim();
+    const lower = name.toLowerCase();
+    if (lower === "content-length") lengths.push(...value.split(",").map((v) => v.trim()));
+    if (lower === "transfer-encoding") {
+      codings.push(...value.split(",").map((v) => v.trim().toLowerCase()));
+    }
+  }
+  if (codings.length && lengths.length) return "both Transfer-Encoding and Content-Length";
+  if (codings.length && codings.at(-1) !== "chunked") {
+    return `Transfer-Encoding ${codings.join(", ")} does not end in chunked`;
+  }
+  if (lengths.some((v) => !/^\d{1,15}$/.test(v))) return `Content-Length ${lengths.join(", ")}`;
+  if (new Set(lengths).size > 1) return `conflicting Content-Length values ${lengths.join(", ")}`;
   return null;
 }

@@ -7,8 +7,8 @@ import type { AccessLog, AccessLogEntry } from "./access_log.ts";
 import { MAX_HELLO, parseClientHello } from "./client_hello.ts";
 import { decide, type Decision, type DomainPolicy } from "./domain_policy.ts";
 import { normalizeDomain } from "./host_validation.ts";
-import { readHttpHead } from "./http_head.ts";
-import { closeQuietly as close, pump } from "./conn_io.ts";
+import { HeadTooLargeError, readHttpHead, requestFramingError } from "./http_head.ts";
+import { closeQuietly as close, pump, refuse } from "./conn_io.ts";
 import { dialHttp, dialTunnel, type UpstreamProxyEnv } from "./upstream.ts";
 
 /** What the proxy needs to run. */
@@ -36,10 +36,15 @@ const ALLOW_HINT: Record<string, string> = {
 
 function blockResponse(host: string, d: Decision): Uint8Array {
   const body = `forgekit firewall blocked ${host}: ${d.rule} (${ALLOW_HINT[d.reason!]})\n`;
+  return plainError(403, "Forbidden", body, `blocked-by-${d.reason}`);
+}
+
+/** A complete error response that closes the connection, with X-Proxy-Error when given. */
+function plainError(status: number, reason: string, body: string, proxyError?: string): Uint8Array {
+  const bytes = enc.encode(body);
+  const tag = proxyError ? `X-Proxy-Error: ${proxyError}\r\n` : "";
   return enc.encode(
-    `HTTP/1.1 403 Forbidden\r\nX-Proxy-Error: blocked-by-${d.reason}\r\nContent-Type: text/plain\r\nContent-Length: ${
-      enc.encode(body).length
-    }\r\nConnection: close\r\n\r\n${body}`,
+    `HTTP/1.1 ${status} ${reason}\r\n${tag}Content-Type: text/plain\r\nContent-Length: ${bytes.length}\r\nConnection: close\r\n\r\n${body}`,
   );
 }
 
@@ -128,7 +133,13 @@ export async function handleClient(conn: Deno.Conn, opts: ProxyOptions): Promise
   let got;
   try {
     got = await readHttpHead(conn);
-  } catch {
+  } catch (err) {
+    if (err instanceof HeadTooLargeError) {
+      return await refuse(
+        conn,
+        plainError(431, "Request Header Fields Too Large", `${err.message}\n`),
+      );
+    }
     got = null;
   }
   if (!got) return close(conn);
@@ -136,10 +147,14 @@ export async function handleClient(conn: Deno.Conn, opts: ProxyOptions): Promise
   if (method === "CONNECT") {
     const at = parseAuthority(target);
     if (!at) {
-      await conn.write(
-        enc.encode("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"),
-      ).catch(() => {});
-      return close(conn);
+      return await refuse(
+        conn,
+        plainError(
+          400,
+          "Bad Request",
+          `forgekit firewall: bad CONNECT target ${JSON.stringify(target)}\n`,
+        ),
+      );
     }
     const host = normalizeDomain(at.host);
     const d = decide(opts.policy, host, at.port);
@@ -153,8 +168,7 @@ export async function handleClient(conn: Deno.Conn, opts: ProxyOptions): Promise
         status: 403,
         reason: `blocked-by-${d.reason}`,
       });
-      await conn.write(blockResponse(host, d)).catch(() => {});
-      return close(conn);
+      return await refuse(conn, blockResponse(host, d));
     }
     await conn.write(enc.encode("HTTP/1.1 200 Connection established\r\n\r\n"));
     const hello = await readHello(conn, got.rest);
@@ -217,12 +231,10 @@ export async function handleClient(conn: Deno.Conn, opts: ProxyOptions): Promise
       rule: "not-a-proxy-request",
       status: 400,
     });
-    await conn.write(
-      enc.encode(
-        "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: 52\r\nConnection: close\r\n\r\nforgekit firewall accepts CONNECT and http:// URLs\n\n",
-      ),
-    ).catch(() => {});
-    return close(conn);
+    return await refuse(
+      conn,
+      plainError(400, "Bad Request", "forgekit firewall accepts CONNECT and http:// URLs\n"),
+    );
   }
   const host = normalizeDomain(url.hostname);
   const port = Number(url.port || 80);
@@ -239,8 +251,29 @@ export async function handleClient(conn: Deno.Conn, opts: ProxyOptions): Promise
       status: 403,
       reason: `blocked-by-${d.reason}`,
     });
-    await conn.write(blockResponse(host, d)).catch(() => {});
-    return close(conn);
+    return await refuse(conn, blockResponse(host, d));
+  }
+  const framing = requestFramingError(got.head.split("\r\n").slice(1));
+  if (framing !== null) {
+    entry({
+      method,
+      host,
+      port,
+      scheme: "http",
+      url: url.href,
+      decision: "blocked",
+      rule: "bad-framing",
+      status: 400,
+      reason: framing,
+    });
+    return await refuse(
+      conn,
+      plainError(
+        400,
+        "Bad Request",
+        `forgekit firewall refused an ambiguous request: ${framing}\n`,
+      ),
+    );
   }
   let up;
   try {
@@ -258,12 +291,15 @@ export async function handleClient(conn: Deno.Conn, opts: ProxyOptions): Promise
       status: 502,
       reason: `upstream error: ${(err as Error).message}`,
     });
-    await conn.write(
-      enc.encode(
-        "HTTP/1.1 502 Bad Gateway\r\nX-Proxy-Error: upstream-error\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+    return await refuse(
+      conn,
+      plainError(
+        502,
+        "Bad Gateway",
+        `forgekit firewall: cannot reach ${host}:${port}: ${(err as Error).message}\n`,
+        "upstream-error",
       ),
-    ).catch(() => {});
-    return close(conn);
+    );
   }
   // One request per client connection: the next request comes on a new
   // connection and is checked on its own.

@@ -1,0 +1,108 @@
+/**
+ * The firewall's proxy on a real socket, driven with raw bytes (what curl
+ * will not send): oversized heads and ambiguous request framing are refused
+ * with a complete response before anything reaches upstream. The upstream is
+ * the test proxy (HTTP_PROXY), so a forwarded request would be recorded.
+ */
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { AccessLog } from "../lib/bump/access_log.ts";
+import { MAX_HEAD } from "../lib/bump/http_head.ts";
+import { serveProxy } from "../lib/bump/proxy.ts";
+import { proxyEnv } from "../lib/bump/upstream.ts";
+import { startOrigins } from "./support/origin.ts";
+
+const enc = new TextEncoder();
+const dec = new TextDecoder();
+
+async function withProxy(
+  fn: (send: (raw: string) => Promise<string>, hits: () => number) => Promise<void>,
+): Promise<void> {
+  const o = await startOrigins(["allowed.example"], (_req, hit) => new Response(`hi ${hit.path}`));
+  const dir = await Deno.makeTempDir({ prefix: "forgekit-proxytest-" });
+  const log = new AccessLog(join(dir, "access.log"));
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const serving = serveProxy(listener, {
+    policy: { allow: ["allowed.example"], block: [] },
+    log,
+    upstream: proxyEnv((n) => n === "HTTP_PROXY" ? o.proxy.url : undefined),
+    bump: null,
+  });
+  const send = async (raw: string) => {
+    const conn = await Deno.connect({ hostname: "127.0.0.1", port: listener.addr.port });
+    try {
+      await conn.write(enc.encode(raw)).catch(() => {});
+      const chunks: Uint8Array[] = [];
+      const buf = new Uint8Array(65536);
+      for (let n = await conn.read(buf); n !== null; n = await conn.read(buf).catch(() => null)) {
+        chunks.push(buf.slice(0, n));
+      }
+      return chunks.map((c) => dec.decode(c)).join("");
+    } finally {
+      conn.close();
+    }
+  };
+  try {
+    await fn(send, () => o.hits.length);
+  } finally {
+    listener.close();
+    await serving;
+    log.close();
+    await o.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+}
+
+Deno.test("a well-formed plain-HTTP request is forwarded (the fixture works)", async () => {
+  await withProxy(async (send, hits) => {
+    const res = await send(
+      "GET http://allowed.example/ok HTTP/1.1\r\nHost: allowed.example\r\n\r\n",
+    );
+    assert.match(res, /^HTTP\/1\.1 200 /);
+    assert.match(res, /hi \/ok$/);
+    assert.equal(hits(), 1);
+  });
+});
+
+Deno.test("ambiguous framing is refused with 400 before anything reaches upstream", async () => {
+  await withProxy(async (send, hits) => {
+    const smuggle =
+      "0\r\n\r\nGET http://allowed.example/second HTTP/1.1\r\nHost: allowed.example\r\n\r\n";
+    for (
+      const [headers, why] of [
+        [
+          "Transfer-Encoding: chunked\r\nContent-Length: 5",
+          /both Transfer-Encoding and Content-Length/,
+        ],
+        ["Content-Length: 5\r\nContent-Length: 7", /conflicting Content-Length values 5, 7/],
+        ["Content-Length: -1", /Content-Length -1/],
+        ["Transfer-Encoding: chunked, identity", /does not end in chunked/],
+      ] as const
+    ) {
+      const res = await send(
+        `POST http://allowed.example/first HTTP/1.1\r\nHost: allowed.example\r\n${headers}\r\n\r\n${smuggle}`,
+      );
+      assert.match(res, /^HTTP\/1\.1 400 Bad Request\r\n/, headers);
+      assert.match(res, /Connection: close/);
+      assert.match(res, why);
+    }
+    assert.equal(hits(), 0, "nothing was forwarded");
+  });
+});
+
+Deno.test("a head over the limit gets 431, for CONNECT and plain HTTP", async () => {
+  await withProxy(async (send, hits) => {
+    const big = "X-Big: " + "a".repeat(MAX_HEAD) + "\r\n";
+    for (
+      const first of [
+        "CONNECT allowed.example:443 HTTP/1.1",
+        "GET http://allowed.example/ HTTP/1.1",
+      ]
+    ) {
+      const res = await send(`${first}\r\n${big}\r\n`);
+      assert.match(res, /^HTTP\/1\.1 431 Request Header Fields Too Large\r\n/, first);
+      assert.match(res, new RegExp(`exceeds ${MAX_HEAD} bytes`));
+    }
+    assert.equal(hits(), 0);
+  });
+});
