@@ -238,14 +238,12 @@ export async function handleClient(conn: Deno.Conn, opts: ProxyOptions): Promise
   }
   const host = normalizeDomain(url.hostname);
   const port = Number(url.port || 80);
+  const href = url.href;
+  const logHttp = (e: Pick<AccessLogEntry, "decision" | "rule"> & Partial<AccessLogEntry>) =>
+    entry({ method, host, port, scheme: "http", url: href, ...e });
   const d = decide(opts.policy, host, port);
   if (!d.allowed) {
-    entry({
-      method,
-      host,
-      port,
-      scheme: "http",
-      url: url.href,
+    logHttp({
       decision: "blocked",
       rule: d.rule,
       status: 403,
@@ -255,12 +253,7 @@ export async function handleClient(conn: Deno.Conn, opts: ProxyOptions): Promise
   }
   const framing = requestFramingError(got.head.split("\r\n").slice(1));
   if (framing !== null) {
-    entry({
-      method,
-      host,
-      port,
-      scheme: "http",
-      url: url.href,
+    logHttp({
       decision: "blocked",
       rule: "bad-framing",
       status: 400,
@@ -280,12 +273,7 @@ export async function handleClient(conn: Deno.Conn, opts: ProxyOptions): Promise
     up = await dialHttp(opts.upstream, host, port);
     noDelay(up.conn);
   } catch (err) {
-    entry({
-      method,
-      host,
-      port,
-      scheme: "http",
-      url: url.href,
+    logHttp({
       decision: "allowed",
       rule: d.rule,
       status: 502,
@@ -325,12 +313,7 @@ export async function handleClient(conn: Deno.Conn, opts: ProxyOptions): Promise
     closeWrite: () => up.conn.closeWrite(),
     close: () => up.conn.close(),
   } as unknown as Deno.Conn);
-  entry({
-    method,
-    host,
-    port,
-    scheme: "http",
-    url: url.href,
+  logHttp({
     decision: "allowed",
     rule: d.rule,
     status,
