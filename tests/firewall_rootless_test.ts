@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { assertNamespaces, needsNamespaces } from "./support/namespaces.ts";
 import { startOrigins } from "./support/origin.ts";
-import { MAIN_TS } from "./support/cli.ts";
+import { buildBundle } from "../build.ts";
 
 const NOBODY = 65534;
 const dec = new TextDecoder();
@@ -27,13 +27,9 @@ async function unprivilegedKit(
   } catch {
     await Deno.copyFile(Deno.execPath(), deno);
   }
+  // The release bundle, copied where the user can read it (the clone may be under /root).
   const bundle = join(dir, "forgekit.js");
-  const built = await new Deno.Command(Deno.execPath(), {
-    args: ["bundle", "--quiet", "--platform", "deno", "-o", bundle, MAIN_TS],
-    stdout: "null",
-    stderr: "piped",
-  }).output();
-  assert.ok(built.success, `deno bundle failed: ${dec.decode(built.stderr)}`);
+  await Deno.copyFile(await buildBundle(), bundle);
   const ca = join(dir, "ca.pem");
   await Deno.writeTextFile(ca, caPem);
   for (const sub of ["home", "deno-dir", "logs"]) {

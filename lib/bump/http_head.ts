@@ -43,6 +43,27 @@ export async function readHttpHead(
   throw new HeadTooLargeError();
 }
 
+/** A well-formed Content-Length value (at most 15 digits: a safe integer). */
+export const LENGTH_VALUE = /^\d{1,15}$/;
+
+/**
+ * The transfer codings (lower-case, in order) and the Content-Length values
+ * of a head's fields, list values split; `headers` names are lower-case.
+ */
+export function framingFields(headers: [string, string][]): {
+  codings: string[];
+  lengths: string[];
+} {
+  const codings: string[] = [];
+  const lengths: string[] = [];
+  for (const [k, v] of headers) {
+    if (k === "transfer-encoding") {
+      codings.push(...v.split(",").map((c) => c.trim().toLowerCase()).filter(Boolean));
+    } else if (k === "content-length") lengths.push(...v.split(",").map((l) => l.trim()));
+  }
+  return { codings, lengths };
+}
+
 /**
  * Why a request head's body framing is unsafe to forward (RFC 9112 §6.3),
  * or null when it is fine: a Transfer-Encoding together with a
@@ -58,25 +79,21 @@ export async function readHttpHead(
  * ```
  */
 export function requestFramingError(headerLines: string[]): string | null {
-  const lengths: string[] = [];
-  const codings: string[] = [];
+  const headers: [string, string][] = [];
   for (const line of headerLines) {
     const colon = line.indexOf(":");
     if (colon <= 0) return `a header line without a name: ${JSON.stringify(line.slice(0, 40))}`;
     const name = line.slice(0, colon);
     if (/\s/.test(name)) return `whitespace in the header name ${JSON.stringify(name)}`;
-    const value = line.slice(colon + 1).trim();
-    const lower = name.toLowerCase();
-    if (lower === "content-length") lengths.push(...value.split(",").map((v) => v.trim()));
-    if (lower === "transfer-encoding") {
-      codings.push(...value.split(",").map((v) => v.trim().toLowerCase()));
-    }
+    headers.push([name.toLowerCase(), line.slice(colon + 1).trim()]);
   }
-  if (codings.length && lengths.length) return "both Transfer-Encoding and Content-Length";
-  if (codings.length && codings.at(-1) !== "chunked") {
+  const { codings, lengths } = framingFields(headers);
+  const coded = headers.some(([k]) => k === "transfer-encoding"); // even an empty one
+  if (coded && lengths.length) return "both Transfer-Encoding and Content-Length";
+  if (coded && codings.at(-1) !== "chunked") {
     return `Transfer-Encoding ${codings.join(", ")} does not end in chunked`;
   }
-  if (lengths.some((v) => !/^\d{1,15}$/.test(v))) return `Content-Length ${lengths.join(", ")}`;
+  if (lengths.some((v) => !LENGTH_VALUE.test(v))) return `Content-Length ${lengths.join(", ")}`;
   if (new Set(lengths).size > 1) return `conflicting Content-Length values ${lengths.join(", ")}`;
   return null;
 }

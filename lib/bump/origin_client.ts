@@ -17,7 +17,7 @@
  * @module
  */
 import { dialTunnel, type UpstreamProxyEnv } from "./upstream.ts";
-import { MAX_HEAD } from "./http_head.ts";
+import { framingFields, LENGTH_VALUE, MAX_HEAD } from "./http_head.ts";
 import { writeAll } from "./conn_io.ts";
 
 /** A request to an origin. */
@@ -204,12 +204,8 @@ export function responseFraming(method: string, status: number, headers: [string
   if (method === "HEAD" || status < 200 || status === 204 || status === 304) {
     return { framing: { kind: "none" }, reusable: !closes(headers) };
   }
-  const te = headers.filter(([k]) => k === "transfer-encoding").map(([, v]) => v).join(",");
-  const lengths = headers.filter(([k]) => k === "content-length").flatMap(([, v]) =>
-    v.split(",").map((s) => s.trim())
-  );
-  if (te !== "") {
-    const codings = te.split(",").map((s) => s.trim().toLowerCase()).filter(Boolean);
+  const { codings, lengths } = framingFields(headers);
+  if (codings.length > 0) {
     if (codings.at(-1) === "chunked") {
       // A length beside a transfer coding is ignored, and the connection not reused.
       return { framing: { kind: "chunked" }, reusable: lengths.length === 0 && !closes(headers) };
@@ -217,7 +213,7 @@ export function responseFraming(method: string, status: number, headers: [string
     return { framing: { kind: "close" }, reusable: false };
   }
   if (lengths.length > 0) {
-    if (!lengths.every((l) => /^\d{1,15}$/.test(l)) || new Set(lengths).size !== 1) {
+    if (!lengths.every((l) => LENGTH_VALUE.test(l)) || new Set(lengths).size !== 1) {
       throw new OriginProtocolError(`invalid Content-Length: ${lengths.join(", ")}`);
     }
     return { framing: { kind: "length", length: Number(lengths[0]) }, reusable: !closes(headers) };
