@@ -17,6 +17,7 @@ const dec = new TextDecoder();
 
 async function withProxy(
   fn: (send: (raw: string) => Promise<string>, hits: () => number) => Promise<void>,
+  headTimeoutMs?: number,
 ): Promise<void> {
   const o = await startOrigins(["allowed.example"], (_req, hit) => new Response(`hi ${hit.path}`));
   const dir = await Deno.makeTempDir({ prefix: "forgekit-proxytest-" });
@@ -27,6 +28,7 @@ async function withProxy(
     log,
     upstream: proxyEnv((n) => n === "HTTP_PROXY" ? o.proxy.url : undefined),
     bump: null,
+    headTimeoutMs,
   });
   const send = async (raw: string) => {
     const conn = await Deno.connect({ hostname: "127.0.0.1", port: listener.addr.port });
@@ -105,4 +107,16 @@ Deno.test("a head over the limit gets 431, for CONNECT and plain HTTP", async ()
     }
     assert.equal(hits(), 0);
   });
+});
+
+Deno.test("a client that does not finish its head in time gets 408; an idle one is closed", async () => {
+  await withProxy(async (send, hits) => {
+    const started = performance.now();
+    const partial = await send("GET http://allowed.example/slow HTTP/1.1\r\nHost: allowed.exa");
+    assert.match(partial, /^HTTP\/1\.1 408 Request Timeout\r\n/);
+    assert.match(partial, /no complete message head within 0\.3 s/);
+    assert.ok(performance.now() - started >= 250, "answered before the timeout");
+    assert.equal(await send(""), "", "an idle connection is closed without an answer");
+    assert.equal(hits(), 0);
+  }, 300);
 });

@@ -11,36 +11,63 @@ export class HeadTooLargeError extends Error {
   }
 }
 
+/** How long a whole head may take to arrive, by default. */
+export const HEAD_TIMEOUT_MS = 30_000;
+
+/** A head that did not arrive whole in time (`received`: the bytes that did). */
+export class HeadTimeoutError extends Error {
+  constructor(readonly ms: number, readonly received: number) {
+    super(`no complete message head within ${ms / 1000} s`);
+    this.name = "HeadTimeoutError";
+  }
+}
+
 /**
  * Reads up to the blank line that ends an HTTP head. Returns the head text
  * (without the blank line) and any bytes read after it, or null when the
  * connection ended first; throws {@linkcode HeadTooLargeError} past
- * {@linkcode MAX_HEAD} bytes.
+ * {@linkcode MAX_HEAD} bytes and {@linkcode HeadTimeoutError} when the
+ * head is not complete within `timeoutMs` (the connection stays open, for
+ * an answer).
  */
 export async function readHttpHead(
   conn: Deno.Conn,
+  timeoutMs: number = HEAD_TIMEOUT_MS,
 ): Promise<{ head: string; rest: Uint8Array } | null> {
   let buf = new Uint8Array(0);
   const chunk = new Uint8Array(16384);
   let scanned = 0;
-  while (buf.length < MAX_HEAD) {
-    const n = await conn.read(chunk);
-    if (n === null) return null;
-    const next = new Uint8Array(buf.length + n);
-    next.set(buf);
-    next.set(chunk.subarray(0, n), buf.length);
-    buf = next;
-    for (let i = Math.max(3, scanned); i < buf.length; i++) {
-      if (buf[i - 3] === 13 && buf[i - 2] === 10 && buf[i - 1] === 13 && buf[i] === 10) {
-        return {
-          head: new TextDecoder().decode(buf.subarray(0, i - 3)),
-          rest: buf.subarray(i + 1),
-        };
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const expired = new Promise<"expired">((resolve) => {
+    timer = setTimeout(() => resolve("expired"), timeoutMs);
+  });
+  try {
+    while (buf.length < MAX_HEAD) {
+      const reading = conn.read(chunk);
+      const n = await Promise.race([reading, expired]);
+      if (n === "expired") {
+        reading.catch(() => {}); // settles when the caller closes the connection
+        throw new HeadTimeoutError(timeoutMs, buf.length);
       }
+      if (n === null) return null;
+      const next = new Uint8Array(buf.length + n);
+      next.set(buf);
+      next.set(chunk.subarray(0, n), buf.length);
+      buf = next;
+      for (let i = Math.max(3, scanned); i < buf.length; i++) {
+        if (buf[i - 3] === 13 && buf[i - 2] === 10 && buf[i - 1] === 13 && buf[i] === 10) {
+          return {
+            head: new TextDecoder().decode(buf.subarray(0, i - 3)),
+            rest: buf.subarray(i + 1),
+          };
+        }
+      }
+      scanned = buf.length;
     }
-    scanned = buf.length;
+    throw new HeadTooLargeError();
+  } finally {
+    clearTimeout(timer);
   }
-  throw new HeadTooLargeError();
 }
 
 /** A well-formed Content-Length value (at most 15 digits: a safe integer). */

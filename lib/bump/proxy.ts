@@ -7,7 +7,13 @@ import type { AccessLog, AccessLogEntry } from "./access_log.ts";
 import { MAX_HELLO, parseClientHello } from "./client_hello.ts";
 import { decide, type Decision, type DomainPolicy } from "./domain_policy.ts";
 import { normalizeDomain } from "./host_validation.ts";
-import { HeadTooLargeError, readHttpHead, requestFramingError } from "./http_head.ts";
+import {
+  HEAD_TIMEOUT_MS,
+  HeadTimeoutError,
+  HeadTooLargeError,
+  readHttpHead,
+  requestFramingError,
+} from "./http_head.ts";
 import { closeQuietly as close, pump, refuse } from "./conn_io.ts";
 import { dialHttp, dialTunnel, type UpstreamProxyEnv } from "./upstream.ts";
 
@@ -22,6 +28,8 @@ export interface ProxyOptions {
     splice(host: string): boolean;
     intercept(client: Deno.Conn, host: string, port: number, hello: Uint8Array): Promise<void>;
   };
+  /** How long a client has to send its request head (default 30 s). */
+  headTimeoutMs?: number;
 }
 
 const enc = new TextEncoder();
@@ -132,8 +140,12 @@ export async function handleClient(conn: Deno.Conn, opts: ProxyOptions): Promise
     });
   let got;
   try {
-    got = await readHttpHead(conn);
+    got = await readHttpHead(conn, opts.headTimeoutMs ?? HEAD_TIMEOUT_MS);
   } catch (err) {
+    // A client that connected and sent nothing is closed without a word.
+    if (err instanceof HeadTimeoutError && err.received > 0) {
+      return await refuse(conn, plainError(408, "Request Timeout", `${err.message}\n`));
+    }
     if (err instanceof HeadTooLargeError) {
       return await refuse(
         conn,
