@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { AccessLog } from "../lib/bump/access_log.ts";
 import { MAX_HEAD } from "../lib/bump/http_head.ts";
 import { serveProxy } from "../lib/bump/proxy.ts";
-import { proxyEnv } from "../lib/bump/upstream.ts";
+import { dialTunnel, proxyEnv } from "../lib/bump/upstream.ts";
 import { startOrigins } from "./support/origin.ts";
 
 const enc = new TextEncoder();
@@ -119,4 +119,24 @@ Deno.test("a client that does not finish its head in time gets 408; an idle one 
     assert.equal(await send(""), "", "an idle connection is closed without an answer");
     assert.equal(hits(), 0);
   }, 300);
+});
+
+Deno.test("an upstream proxy that does not answer CONNECT in time fails the dial, named", async () => {
+  const silent = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const held: Deno.Conn[] = [];
+  const accepting = (async () => {
+    for await (const c of silent) held.push(c); // accepts, reads nothing, answers nothing
+  })();
+  const via = `http://127.0.0.1:${silent.addr.port}`;
+  try {
+    const env = proxyEnv((n) => n === "HTTPS_PROXY" ? via : undefined);
+    await assert.rejects(
+      () => dialTunnel(env, "allowed.example", 443, 200),
+      /^Error: upstream proxy 127\.0\.0\.1:\d+ did not answer CONNECT allowed\.example:443 in time$/,
+    );
+  } finally {
+    silent.close();
+    await accepting;
+    for (const c of held) c.close();
+  }
 });

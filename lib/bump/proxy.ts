@@ -8,7 +8,6 @@ import { MAX_HELLO, parseClientHello } from "./client_hello.ts";
 import { decide, type Decision, type DomainPolicy } from "./domain_policy.ts";
 import { normalizeDomain } from "./host_validation.ts";
 import {
-  HEAD_TIMEOUT_MS,
   HeadTimeoutError,
   HeadTooLargeError,
   readHttpHead,
@@ -140,7 +139,7 @@ export async function handleClient(conn: Deno.Conn, opts: ProxyOptions): Promise
     });
   let got;
   try {
-    got = await readHttpHead(conn, opts.headTimeoutMs ?? HEAD_TIMEOUT_MS);
+    got = await readHttpHead(conn, opts.headTimeoutMs);
   } catch (err) {
     // A client that connected and sent nothing is closed without a word.
     if (err instanceof HeadTimeoutError && err.received > 0) {

@@ -40,18 +40,20 @@ export function bypassed(noProxy: string[], host: string): boolean {
   );
 }
 
-import { readHttpHead } from "./http_head.ts";
+import { HEAD_TIMEOUT_MS, HeadTimeoutError, readHttpHead } from "./http_head.ts";
 
 const enc = new TextEncoder();
 
 /**
  * Opens a TCP tunnel to host:port (for CONNECT), via the environment's
- * HTTPS_PROXY when set and not bypassed.
+ * HTTPS_PROXY when set and not bypassed; that proxy has `timeoutMs` to
+ * answer the CONNECT.
  */
 export async function dialTunnel(
   env: UpstreamProxyEnv,
   host: string,
   port: number,
+  timeoutMs: number = HEAD_TIMEOUT_MS,
 ): Promise<Deno.Conn> {
   const via = env.https && !bypassed(env.noProxy, host) ? env.https : undefined;
   if (!via) return await Deno.connect({ hostname: host, port });
@@ -62,7 +64,12 @@ export async function dialTunnel(
   try {
     const target = host.includes(":") ? `[${host}]:${port}` : `${host}:${port}`;
     await conn.write(enc.encode(`CONNECT ${target} HTTP/1.1\r\nHost: ${target}\r\n\r\n`));
-    const got = await readHttpHead(conn);
+    const got = await readHttpHead(conn, timeoutMs).catch((err) => {
+      if (!(err instanceof HeadTimeoutError)) throw err;
+      throw new Error(`upstream proxy ${via.host} did not answer CONNECT ${target} in time`, {
+        cause: err,
+      });
+    });
     if (!got) throw new Error(`upstream proxy ${via.host} closed the connection`);
     const status = Number(got.head.split(" ")[1]);
     const rest = got.rest;
