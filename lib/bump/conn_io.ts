@@ -8,6 +8,30 @@ export async function writeAll(conn: Deno.Conn, data: Uint8Array): Promise<void>
   for (let off = 0; off < data.length;) off += await conn.write(data.subarray(off));
 }
 
+/**
+ * One read that gives up at `deadline` (a performance.now() time): the
+ * bytes read, null at the end of the connection, or "expired". An expired
+ * read stays pending until the caller closes the connection.
+ */
+export async function readBefore(
+  conn: Deno.Conn,
+  into: Uint8Array,
+  deadline: number,
+): Promise<number | null | "expired"> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const expired = new Promise<"expired">((resolve) => {
+    timer = setTimeout(() => resolve("expired"), Math.max(0, deadline - performance.now()));
+  });
+  const reading = conn.read(into);
+  try {
+    const n = await Promise.race([reading, expired]);
+    if (n === "expired") reading.catch(() => {}); // settles when the connection is closed
+    return n;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /** Closes a connection that may already be closed. */
 export function closeQuietly(conn: Deno.Conn | undefined): void {
   try {

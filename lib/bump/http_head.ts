@@ -1,4 +1,5 @@
 /** Reading an HTTP/1.x message head off a connection. */
+import { readBefore } from "./conn_io.ts";
 
 /** The largest head accepted. */
 export const MAX_HEAD = 64 * 1024;
@@ -37,37 +38,26 @@ export async function readHttpHead(
   let buf = new Uint8Array(0);
   const chunk = new Uint8Array(16384);
   let scanned = 0;
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const expired = new Promise<"expired">((resolve) => {
-    timer = setTimeout(() => resolve("expired"), timeoutMs);
-  });
-  try {
-    while (buf.length < MAX_HEAD) {
-      const reading = conn.read(chunk);
-      const n = await Promise.race([reading, expired]);
-      if (n === "expired") {
-        reading.catch(() => {}); // settles when the caller closes the connection
-        throw new HeadTimeoutError(timeoutMs, buf.length);
+  const deadline = performance.now() + timeoutMs;
+  while (buf.length < MAX_HEAD) {
+    const n = await readBefore(conn, chunk, deadline);
+    if (n === "expired") throw new HeadTimeoutError(timeoutMs, buf.length);
+    if (n === null) return null;
+    const next = new Uint8Array(buf.length + n);
+    next.set(buf);
+    next.set(chunk.subarray(0, n), buf.length);
+    buf = next;
+    for (let i = Math.max(3, scanned); i < buf.length; i++) {
+      if (buf[i - 3] === 13 && buf[i - 2] === 10 && buf[i - 1] === 13 && buf[i] === 10) {
+        return {
+          head: new TextDecoder().decode(buf.subarray(0, i - 3)),
+          rest: buf.subarray(i + 1),
+        };
       }
-      if (n === null) return null;
-      const next = new Uint8Array(buf.length + n);
-      next.set(buf);
-      next.set(chunk.subarray(0, n), buf.length);
-      buf = next;
-      for (let i = Math.max(3, scanned); i < buf.length; i++) {
-        if (buf[i - 3] === 13 && buf[i - 2] === 10 && buf[i - 1] === 13 && buf[i] === 10) {
-          return {
-            head: new TextDecoder().decode(buf.subarray(0, i - 3)),
-            rest: buf.subarray(i + 1),
-          };
-        }
-      }
-      scanned = buf.length;
     }
-    throw new HeadTooLargeError();
-  } finally {
-    clearTimeout(timer);
+    scanned = buf.length;
   }
+  throw new HeadTooLargeError();
 }
 
 /** A well-formed Content-Length value (at most 15 digits: a safe integer). */

@@ -13,7 +13,7 @@ import {
   readHttpHead,
   requestFramingError,
 } from "./http_head.ts";
-import { closeQuietly as close, pump, refuse } from "./conn_io.ts";
+import { closeQuietly as close, pump, readBefore, refuse } from "./conn_io.ts";
 import { dialHttp, dialTunnel, type UpstreamProxyEnv } from "./upstream.ts";
 
 /** What the proxy needs to run. */
@@ -77,22 +77,23 @@ async function readHello(
 ): Promise<{ bytes: Uint8Array; sni: string | null; error?: string }> {
   let buf = first;
   const chunk = new Uint8Array(16384);
-  const deadline = Date.now() + HELLO_TIMEOUT_MS;
+  const deadline = performance.now() + HELLO_TIMEOUT_MS;
   while (true) {
     const r = buf.length ? parseClientHello(buf) : { status: "more" as const };
     if (r.status === "ok") return { bytes: buf, sni: r.sni };
     if (r.status === "invalid") return { bytes: buf, sni: null, error: r.why };
-    if (buf.length > MAX_HELLO || Date.now() > deadline) {
+    if (buf.length > MAX_HELLO || performance.now() > deadline) {
       return { bytes: buf, sni: null, error: "no ClientHello" };
     }
-    const timer = setTimeout(() => close(conn), Math.max(1, deadline - Date.now()));
-    let n: number | null;
+    let n: number | null | "expired";
     try {
-      n = await conn.read(chunk);
+      n = await readBefore(conn, chunk, deadline);
     } catch {
       n = null;
-    } finally {
-      clearTimeout(timer);
+    }
+    if (n === "expired") {
+      close(conn);
+      n = null;
     }
     if (n === null) {
       return { bytes: buf, sni: null, error: "connection closed before the ClientHello" };
