@@ -5,95 +5,9 @@
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { type BumpLogEntry, createBumpSession } from "../lib/bump/ssl_bump.ts";
-import { parseUrlPatterns } from "../lib/bump/url_pattern.ts";
-import { startOrigins } from "./support/origin.ts";
+import { curl, startBumpFixture as startFixture } from "./support/bump.ts";
 
 const dec = new TextDecoder();
-
-interface Fixture {
-  proxyUrl: string;
-  caCertPath: string;
-  sessionDir: string;
-  logs: BumpLogEntry[];
-  originPaths: () => string[];
-  close(): Promise<void>;
-}
-
-async function readClientHello(conn: Deno.Conn): Promise<Uint8Array> {
-  let buf = new Uint8Array(0);
-  const chunk = new Uint8Array(16384);
-  while (buf.length < 5 || buf.length < 5 + ((buf[3] << 8) | buf[4])) {
-    const n = await conn.read(chunk);
-    if (n === null) break;
-    const next = new Uint8Array(buf.length + n);
-    next.set(buf);
-    next.set(chunk.subarray(0, n), buf.length);
-    buf = next;
-  }
-  return buf;
-}
-
-async function startFixture(allowUrls: string[]): Promise<Fixture> {
-  const origins = await startOrigins(["api.github.com", "other.github.com"], (req) => {
-    const u = new URL(req.url);
-    return new Response(`origin ${u.pathname}\n`);
-  });
-  const sessionDir = await Deno.makeTempDir({ prefix: "fw-test-" });
-  const logs: BumpLogEntry[] = [];
-  const bump = await createBumpSession({
-    sessionDir,
-    sessionId: "test",
-    allowDomains: ["github.com"],
-    patterns: parseUrlPatterns(allowUrls),
-    upstreamCaCerts: [origins.ca.cert],
-    upstreamProxy: origins.proxy.url,
-    log: (e) => logs.push(e),
-    debug: () => {},
-  });
-  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const tasks: Promise<void>[] = [];
-  const accept = (async () => {
-    for await (const conn of listener) {
-      tasks.push(
-        (async () => {
-          const head = new Uint8Array(4096);
-          const n = await conn.read(head);
-          const line = dec.decode(head.subarray(0, n ?? 0)).split("\r\n")[0];
-          const [, target] = line.split(" ");
-          const [host, port] = target.split(":");
-          await conn.write(new TextEncoder().encode("HTTP/1.1 200 Connection established\r\n\r\n"));
-          const hello = await readClientHello(conn);
-          await bump.intercept(conn, host, Number(port), hello);
-        })().catch(() => {}),
-      );
-    }
-  })();
-  return {
-    proxyUrl: `http://127.0.0.1:${listener.addr.port}`,
-    caCertPath: bump.caCertPath,
-    sessionDir,
-    logs,
-    originPaths: () => origins.hits.map((h) => h.path),
-    async close() {
-      listener.close();
-      await accept;
-      await bump.close();
-      await Promise.all(tasks);
-      await origins.close();
-      await Deno.remove(sessionDir, { recursive: true });
-    },
-  };
-}
-
-async function curl(f: Fixture, args: string[]): Promise<{ code: number; out: string }> {
-  const out = await new Deno.Command("curl", {
-    args: ["-s", "--proxy", f.proxyUrl, "--cacert", f.caCertPath, ...args],
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  return { code: out.code, out: dec.decode(out.stdout) };
-}
 
 const W = ["-w", "%{http_code} %{http_version} %header{x-proxy-error}\\n"];
 
@@ -101,8 +15,12 @@ Deno.test("allowed paths pass and other paths get 403 over HTTP/1.1 and HTTP/2",
   const f = await startFixture(["https://api.github.com/allowed/*"]);
   try {
     for (const v of ["--http1.1", "--http2"]) {
+      f.debug.length = 0;
       const ok = await curl(f, [v, ...W, "https://api.github.com/allowed/x"]);
       assert.equal(ok.out, `origin /allowed/x\n200 ${v === "--http2" ? "2" : "1.1"} \n`);
+      // An h2 offer takes the internal listener; an HTTP/1.1-only client its own connection.
+      const route = v === "--http2" ? "internal listener" : "client connection";
+      assert.ok(f.debug.some((l) => l.includes(`TLS on the ${route}`)), f.debug.join("\n"));
       const no = await curl(f, [v, ...W, "https://api.github.com/secret"]);
       assert.match(no.out, /^Blocked by forgekit: https:\/\/api\.github\.com\/secret matches no/);
       assert.match(no.out, /patterns for this host: https:\/\/api\.github\.com\/allowed\/\*/);

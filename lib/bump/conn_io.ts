@@ -3,8 +3,19 @@
  * the ssl-bump interceptor: write everything, copy until EOF, close quietly.
  */
 
+/**
+ * What the proxy needs of a connection: a `Deno.Conn` has it, and so has a
+ * client connection accepted with node:net (`node_conn.ts`).
+ */
+export interface ByteConn {
+  read(p: Uint8Array): Promise<number | null>;
+  write(p: Uint8Array): Promise<number>;
+  closeWrite(): Promise<void>;
+  close(): void;
+}
+
 /** Writes all of `data` (a write may take only part of it). */
-export async function writeAll(conn: Deno.Conn, data: Uint8Array): Promise<void> {
+export async function writeAll(conn: ByteConn, data: Uint8Array): Promise<void> {
   for (let off = 0; off < data.length;) off += await conn.write(data.subarray(off));
 }
 
@@ -14,7 +25,7 @@ export async function writeAll(conn: Deno.Conn, data: Uint8Array): Promise<void>
  * read stays pending until the caller closes the connection.
  */
 export async function readBefore(
-  conn: Deno.Conn,
+  conn: ByteConn,
   into: Uint8Array,
   deadline: number,
 ): Promise<number | null | "expired"> {
@@ -33,7 +44,7 @@ export async function readBefore(
 }
 
 /** Closes a connection that may already be closed. */
-export function closeQuietly(conn: Deno.Conn | undefined): void {
+export function closeQuietly(conn: ByteConn | undefined): void {
   try {
     conn?.close();
   } catch {
@@ -47,8 +58,8 @@ export function closeQuietly(conn: Deno.Conn | undefined): void {
  * error on either side ends the copy.
  */
 export async function pump(
-  from: Deno.Conn,
-  to: Deno.Conn,
+  from: ByteConn,
+  to: ByteConn,
   count: (n: number) => void = () => {},
 ): Promise<void> {
   const buf = new Uint8Array(64 * 1024);
@@ -75,7 +86,7 @@ export async function pump(
  * at most `ms`), so that unread input does not make the kernel reset the
  * connection before the client has read the response.
  */
-export async function refuse(conn: Deno.Conn, response: Uint8Array, ms = 1000): Promise<void> {
+export async function refuse(conn: ByteConn, response: Uint8Array, ms = 1000): Promise<void> {
   const timer = setTimeout(() => closeQuietly(conn), ms);
   try {
     await writeAll(conn, response);

@@ -1,5 +1,5 @@
 /** Reading an HTTP/1.x message head off a connection. */
-import { readBefore } from "./conn_io.ts";
+import { type ByteConn, readBefore } from "./conn_io.ts";
 
 /** The largest head accepted. */
 export const MAX_HEAD = 64 * 1024;
@@ -32,7 +32,7 @@ export class HeadTimeoutError extends Error {
  * an answer).
  */
 export async function readHttpHead(
-  conn: Deno.Conn,
+  conn: ByteConn,
   timeoutMs: number = HEAD_TIMEOUT_MS,
 ): Promise<{ head: string; rest: Uint8Array } | null> {
   let buf = new Uint8Array(0);

@@ -1,23 +1,37 @@
 /**
  * TLS termination and per-request policy for `--ssl-bump`.
  *
- * Deno has no server-side `startTls` on an accepted connection, so each
- * bumped host gets an internal TLS listener on 127.0.0.1 (Deno.serve: ALPN h2
- * and http/1.1, each HTTP/1.1 request and each HTTP/2 stream handed over on
- * its own). {@linkcode Interceptor.intercept} connects to that listener,
- * replays the ClientHello the proxy already read, and splices. The listener
- * serves only connections `intercept()` made: their local ports are
- * registered, and a request from any other peer is refused before anything
- * is forwarded.
+ * Two routes, one policy. Clients that offer only HTTP/1.1 in ALPN (or no
+ * ALPN) get TLS on the accepted connection itself (`NodeConn.startTls`)
+ * and their requests read by forgekit's own HTTP/1.1 server
+ * (`h1_server.ts`): no extra hop. Clients that offer h2 are served by an
+ * internal TLS listener per bumped host on 127.0.0.1 (Deno.serve: ALPN h2
+ * and http/1.1, each HTTP/2 stream handed over on its own):
+ * {@linkcode Interceptor.intercept} connects to it, replays the ClientHello
+ * the proxy already read, and splices. That listener serves only
+ * connections `intercept()` made: their local ports are registered, and a
+ * request from any other peer is refused before anything is forwarded.
+ * A connection that is not a `NodeConn` (a `Deno.Conn`) always takes the
+ * second route.
+ *
+ * Either way each request gets the same treatment: the Host (or
+ * :authority) must be the CONNECT host, the URL must pass the patterns,
+ * and allowed requests go to the origin through the pooled
+ * {@linkcode OriginClient}.
  *
  * @module
  */
 import { LeafCache } from "./leaf_cache.ts";
 import type { Leaf } from "./ca.ts";
 import { decideUrl, type UrlPattern } from "./url_pattern.ts";
-import { closeQuietly, pump, writeAll } from "./conn_io.ts";
+import { type ByteConn, closeQuietly, pump, writeAll } from "./conn_io.ts";
 import type { AccessLogEntry } from "./access_log.ts";
 import { HOP_BY_HOP, type OriginClient, type OriginResponse } from "./origin_client.ts";
+import { parseClientHello } from "./client_hello.ts";
+import { NodeConn } from "./node_conn.ts";
+import { SocketIo } from "./socket_io.ts";
+import { type H1Reply, type H1Request, serveH1 } from "./h1_server.ts";
+import tls from "node:tls";
 
 /** One access-log line: the firewall's entry. */
 export type BumpLogEntry = AccessLogEntry;
@@ -35,6 +49,8 @@ export interface InterceptorOptions {
   debug: (line: string) => void;
   /** The most internal listeners kept (one per host). */
   capacity?: number;
+  /** How long a request head may take on an adopted connection. */
+  headTimeoutMs?: number;
 }
 
 interface ConnContext {
@@ -42,14 +58,54 @@ interface ConnContext {
   port: number;
 }
 
-/** The request's end-to-end headers, as pairs for the origin. */
-function forwardHeaders(headers: Headers): [string, string][] {
-  const listed = (headers.get("connection") ?? "").toLowerCase().split(",").map((s) => s.trim());
-  const out: [string, string][] = [];
-  headers.forEach((v, k) => {
-    if (k !== "host" && !HOP_BY_HOP.has(k) && !listed.includes(k)) out.push([k, v]);
-  });
-  return out;
+/** The request's end-to-end headers (names lower-case), as pairs for the origin. */
+function forwardHeaders(headers: Iterable<[string, string]>): [string, string][] {
+  const all = [...headers];
+  const listed = all.filter(([k]) => k === "connection").flatMap(([, v]) =>
+    v.toLowerCase().split(",").map((s) => s.trim())
+  );
+  return all.filter(([k]) => k !== "host" && !HOP_BY_HOP.has(k) && !listed.includes(k));
+}
+
+/** Where a request goes once the policy allowed it. */
+interface Allowed {
+  /** Path and query to send (the normalised path). */
+  target: string;
+  /** The URL as the client sent it, for logs. */
+  sentUrl: string;
+  rule: string;
+  pattern?: string;
+  /** A log entry for this request, with the given outcome. */
+  entry(status: number | null, extra?: Partial<BumpLogEntry>): BumpLogEntry;
+}
+
+const enc = new TextEncoder();
+
+/** A reply of forgekit's own (403, 502): text, with X-Proxy-Error. */
+function ownReply(status: number, statusText: string, reason: string, text: string): H1Reply {
+  const body = enc.encode(text);
+  return {
+    status,
+    statusText,
+    headers: [["x-proxy-error", reason], ["content-type", "text/plain; charset=utf-8"]],
+    body,
+    length: body.byteLength,
+  };
+}
+
+/** A reply as a fetch Response (for the Deno.serve route). */
+function toResponse(reply: H1Reply): Response {
+  const body = reply.body as BodyInit | null;
+  // A reason phrase Response rejects is dropped.
+  try {
+    return new Response(body, {
+      status: reply.status,
+      statusText: reply.statusText,
+      headers: reply.headers,
+    });
+  } catch {
+    return new Response(body, { status: reply.status, headers: reply.headers });
+  }
 }
 
 /** Splits Deno's request URL into the authority and the raw path and query the client sent. */
@@ -86,6 +142,8 @@ export class Interceptor {
   #opts: InterceptorOptions;
   #conns = new Map<number, ConnContext>();
   #listeners: LeafCache<Listener>;
+  #contexts: LeafCache<tls.SecureContext>;
+  #sockets = new Set<tls.TLSSocket>();
   #closed = false;
 
   constructor(options: InterceptorOptions) {
@@ -96,45 +154,97 @@ export class Interceptor {
         l.server.shutdown().catch(() => {});
       },
     });
+    this.#contexts = new LeafCache<tls.SecureContext>({ capacity: options.capacity ?? 256 });
   }
 
   /** Takes over a client connection whose ClientHello (for `host`) was already read. */
   async intercept(
-    client: Deno.Conn,
+    client: ByteConn,
     host: string,
     port: number,
     clientHello: Uint8Array,
   ): Promise<void> {
+    if (this.#closed) return closeQuietly(client);
+    const ctx = { host: host.toLowerCase(), port };
+    this.#opts.origins.warm(ctx.host, port);
+    const hello = parseClientHello(clientHello);
+    const offersH2 = hello.status === "ok" && hello.alpn.includes("h2");
+    if (client instanceof NodeConn && !offersH2) {
+      this.#opts.debug(`ssl-bump: ${ctx.host}:${port}: TLS on the client connection (HTTP/1.1)`);
+      return await this.#adopted(client, ctx, clientHello);
+    }
+    this.#opts.debug(`ssl-bump: ${ctx.host}:${port}: TLS on the internal listener (HTTP/2, 1.1)`);
+    return await this.#spliced(client, ctx, clientHello);
+  }
+
+  /** Closes every internal listener and adopted connection. */
+  async close(): Promise<void> {
+    this.#closed = true;
+    this.#listeners.clear();
+    this.#contexts.clear();
+    for (const socket of this.#sockets) socket.destroy();
+    await Promise.resolve();
+  }
+
+  /** The HTTP/1.1 route: TLS on the client connection itself, forgekit's server. */
+  async #adopted(client: NodeConn, ctx: ConnContext, clientHello: Uint8Array): Promise<void> {
+    let socket: tls.TLSSocket | undefined;
+    try {
+      const secureContext = await this.#contexts.get(ctx.host, async () => {
+        const leaf = await this.#opts.leafFor(ctx.host);
+        return tls.createSecureContext({ cert: leaf.cert, key: leaf.key });
+      });
+      socket = client.startTls(clientHello, { secureContext, alpn: ["http/1.1"] });
+      this.#sockets.add(socket);
+      const closed = new Promise<void>((resolve) => socket!.once("close", resolve));
+      // A failed handshake surfaces as a read error in serveH1.
+      await serveH1(new SocketIo(socket), (req) => this.#answer(ctx, req), {
+        headTimeoutMs: this.#opts.headTimeoutMs,
+      });
+      // serveH1 ended the writing side; the client gets a moment to close its own.
+      const timer = setTimeout(() => socket!.destroy(), 2000);
+      await closed;
+      clearTimeout(timer);
+    } catch (e) {
+      this.#opts.debug(
+        `ssl-bump: interception of ${ctx.host}:${ctx.port} ended: ${(e as Error).message}`,
+      );
+    } finally {
+      if (socket) {
+        this.#sockets.delete(socket);
+        if (!socket.destroyed) {
+          const closed = new Promise((resolve) => socket!.once("close", resolve));
+          socket.destroy();
+          await closed;
+        }
+      }
+      closeQuietly(client);
+    }
+  }
+
+  /** The route for h2 clients: a splice into the host's internal Deno.serve listener. */
+  async #spliced(client: ByteConn, ctx: ConnContext, clientHello: Uint8Array): Promise<void> {
     let inner: Deno.TcpConn | undefined;
     let localPort = -1;
     try {
-      if (this.#closed) throw new Error("Interception is closed");
-      const key = host.toLowerCase();
-      this.#opts.origins.warm(key, port);
-      const listener = await this.#listeners.get(key, () => this.#listen(key));
+      const listener = await this.#listeners.get(ctx.host, () => this.#listen(ctx.host));
       inner = await Deno.connect({ hostname: "127.0.0.1", port: listener.port });
       localPort = inner.localAddr.port;
       // Small TLS records must not wait for delayed ACKs (40 ms per request otherwise).
       inner.setNoDelay(true);
-      if ("setNoDelay" in client) (client as Deno.TcpConn).setNoDelay(true);
-      this.#conns.set(localPort, { host: key, port });
+      this.#conns.set(localPort, ctx);
       await writeAll(inner, clientHello);
       const a = inner;
       await Promise.all([pump(client, a), pump(a, client)]);
     } catch (e) {
-      this.#opts.debug(`ssl-bump: interception of ${host}:${port} ended: ${(e as Error).message}`);
+      this.#opts.debug(
+        `ssl-bump: interception of ${ctx.host}:${ctx.port} ended: ${(e as Error).message}`,
+      );
     } finally {
       if (localPort !== -1) this.#conns.delete(localPort);
       closeQuietly(inner);
       closeQuietly(client);
     }
-  }
-
-  /** Closes every internal listener. */
-  async close(): Promise<void> {
-    this.#closed = true;
-    this.#listeners.clear();
-    await Promise.resolve();
   }
 
   async #listen(host: string): Promise<Listener> {
@@ -151,26 +261,63 @@ export class Interceptor {
     return { port: await promise, server };
   }
 
+  /** A request on the Deno.serve route. */
   async #handle(req: Request, info: Deno.ServeHandlerInfo): Promise<Response> {
     const started = performance.now();
     const ctx = this.#conns.get((info.remoteAddr as Deno.NetAddr).port);
     if (!ctx) {
       return new Response("Forbidden\n", { status: 403 });
     }
-    const raw = splitRawUrl(req.url);
+    const verdict = this.#judge(ctx, req.method, req.url, started);
+    if (!("target" in verdict)) return toResponse(verdict);
+    if (req.headers.get("upgrade")?.toLowerCase() === "websocket") {
+      return this.#websocket(
+        req,
+        `https://${authorityOf(ctx)}${verdict.target}`,
+        (status) => this.#opts.log(verdict.entry(status, { pattern: verdict.pattern })),
+      );
+    }
+    const reply = await this.#forward(ctx, verdict, req.method, req.headers, req.body);
+    try {
+      return toResponse(reply);
+    } catch (e) {
+      if (reply.body instanceof ReadableStream) reply.body.cancel().catch(() => {});
+      return toResponse(this.#upstreamError(verdict, e));
+    }
+  }
+
+  /** A request on the adopted route. */
+  #answer(ctx: ConnContext, req: H1Request): Promise<H1Reply> {
+    const verdict = this.#judge(ctx, req.method, req.url, performance.now());
+    if (!("target" in verdict)) {
+      req.body?.cancel().catch(() => {});
+      return Promise.resolve(verdict);
+    }
+    const upgrade = req.upgrade?.toLowerCase() === "websocket" ? "websocket" : undefined;
+    return this.#forward(ctx, verdict, req.method, req.headers, req.body, upgrade);
+  }
+
+  /**
+   * The policy for one request: the reply when it is blocked (already
+   * logged), else where it goes.
+   */
+  #judge(ctx: ConnContext, method: string, url: string, started: number): H1Reply | Allowed {
+    const raw = splitRawUrl(url);
+    const sentUrl = `https://${authorityOf(ctx)}${raw.path}${
+      raw.query === "" ? "" : `?${raw.query}`
+    }`;
     const entry = (
       decision: "allowed" | "blocked",
       rule: string,
       status: number | null,
-      url: string,
       extra: Partial<BumpLogEntry> = {},
     ): BumpLogEntry => ({
       time: new Date().toISOString(),
-      method: req.method,
+      method,
       scheme: "https",
       host: ctx.host,
       port: ctx.port,
-      url,
+      url: sentUrl,
       decision,
       rule,
       status,
@@ -179,17 +326,19 @@ export class Interceptor {
       duration_ms: Math.round(performance.now() - started),
       ...extra,
     });
-    const origin = `https://${ctx.host}${ctx.port === 443 ? "" : `:${ctx.port}`}`;
-    const sentUrl = `${origin}${raw.path}${raw.query === "" ? "" : `?${raw.query}`}`;
 
     if (!expectedAuthority(ctx.host, ctx.port).includes(raw.authority)) {
-      const body = `Blocked by forgekit: request for host "${raw.authority}" on a connection to ` +
-        `"${ctx.host}" (the Host header or :authority must equal the CONNECT host)\n`;
       this.#opts.log(
-        entry("blocked", "host-mismatch", 403, sentUrl, { reason: `authority ${raw.authority}` }),
+        entry("blocked", "host-mismatch", 403, { reason: `authority ${raw.authority}` }),
       );
       this.#opts.debug(`ssl-bump: block ${sentUrl}: authority "${raw.authority}"`);
-      return blocked("blocked-by-host-mismatch", body);
+      return ownReply(
+        403,
+        "Forbidden",
+        "blocked-by-host-mismatch",
+        `Blocked by forgekit: request for host "${raw.authority}" on a connection to ` +
+          `"${ctx.host}" (the Host header or :authority must equal the CONNECT host)\n`,
+      );
     }
 
     const decision = decideUrl(this.#opts.patterns, {
@@ -201,72 +350,74 @@ export class Interceptor {
     if (!decision.allowed) {
       const list = decision.hostPatterns.map((p) => p.source).join(", ");
       const why = decision.normalisedPath === null ? " (the path cannot be normalised safely)" : "";
-      this.#opts.log(entry("blocked", decision.rule, 403, sentUrl, {
+      this.#opts.log(entry("blocked", decision.rule, 403, {
         reason: decision.normalisedPath === null ? "unsafe path" : undefined,
       }));
       this.#opts.debug(`ssl-bump: block ${sentUrl}: ${decision.rule}`);
-      return blocked(
+      return ownReply(
+        403,
+        "Forbidden",
         "blocked-by-url-policy",
         `Blocked by forgekit: ${sentUrl} matches no --allow-urls pattern for ${ctx.host}${why}; ` +
           `patterns for this host: ${list}\n`,
       );
     }
-    // Forward what was decided on: the normalised path.
-    const target = `${origin}${decision.normalisedPath ?? raw.path}${
-      raw.query === "" ? "" : `?${raw.query}`
-    }`;
-    const pattern = decision.pattern?.source;
     this.#opts.debug(`ssl-bump: allow ${sentUrl}: ${decision.rule}`);
+    return {
+      // Forward what was decided on: the normalised path.
+      target: `${decision.normalisedPath ?? raw.path}${raw.query === "" ? "" : `?${raw.query}`}`,
+      sentUrl,
+      rule: decision.rule,
+      pattern: decision.pattern?.source,
+      entry: (status, extra) => entry("allowed", decision.rule, status, extra),
+    };
+  }
 
-    if (req.headers.get("upgrade")?.toLowerCase() === "websocket") {
-      return this.#websocket(
-        req,
-        target,
-        (status) => this.#opts.log(entry("allowed", decision.rule, status, sentUrl, { pattern })),
-      );
-    }
-
+  /** Sends an allowed request to the origin; a failure is a logged 502. */
+  async #forward(
+    ctx: ConnContext,
+    allowed: Allowed,
+    method: string,
+    headers: Iterable<[string, string]>,
+    body: ReadableStream<Uint8Array> | null,
+    upgrade?: string,
+  ): Promise<H1Reply> {
     let bytesOut = 0;
     let upstream: OriginResponse;
-    let response: Response;
     try {
       upstream = await this.#opts.origins.request({
         host: ctx.host,
         port: ctx.port,
-        method: req.method,
-        target: target.slice(origin.length),
-        headers: forwardHeaders(req.headers),
-        body: req.body,
+        method,
+        target: allowed.target,
+        headers: forwardHeaders(headers),
+        body,
         onBodyBytes: (n) => bytesOut = n,
+        upgrade,
       });
-      // A reason phrase Response rejects is dropped; a status it rejects is a 502.
-      const init = { status: upstream.status, headers: upstream.headers };
-      try {
-        response = new Response(upstream.body, { ...init, statusText: upstream.statusText });
-      } catch {
-        response = new Response(upstream.body, init);
-      }
     } catch (e) {
-      this.#opts.log(entry("allowed", decision.rule, 502, sentUrl, {
-        pattern,
-        reason: `upstream error: ${(e as Error).message}`,
-      }));
-      return new Response(`Upstream error for ${sentUrl}: ${(e as Error).message}\n`, {
-        status: 502,
-        headers: { "x-proxy-error": "upstream-error" },
-      });
+      return this.#upstreamError(allowed, e);
     }
-    const status = upstream.status;
+    const { pattern } = allowed;
     upstream.onEnd((bytesIn) =>
       this.#opts.log(
-        entry("allowed", decision.rule, status, sentUrl, {
-          pattern,
-          bytes_in: bytesIn,
-          bytes_out: bytesOut,
-        }),
+        allowed.entry(upstream.status, { pattern, bytes_in: bytesIn, bytes_out: bytesOut }),
       )
     );
-    return response;
+    return upstream;
+  }
+
+  #upstreamError(allowed: Allowed, e: unknown): H1Reply {
+    const message = (e as Error).message;
+    this.#opts.log(
+      allowed.entry(502, { pattern: allowed.pattern, reason: `upstream error: ${message}` }),
+    );
+    return ownReply(
+      502,
+      "Bad Gateway",
+      "upstream-error",
+      `Upstream error for ${allowed.sentUrl}: ${message}\n`,
+    );
   }
 
   #websocket(req: Request, target: string, logged: (status: number) => void): Response {
@@ -306,9 +457,6 @@ export class Interceptor {
   }
 }
 
-function blocked(reason: string, body: string): Response {
-  return new Response(body, {
-    status: 403,
-    headers: { "x-proxy-error": reason, "content-type": "text/plain; charset=utf-8" },
-  });
+function authorityOf(ctx: ConnContext): string {
+  return ctx.port === 443 ? ctx.host : `${ctx.host}:${ctx.port}`;
 }

@@ -32,6 +32,8 @@ export interface OriginRequest {
   body: ReadableStream<Uint8Array> | null;
   /** Counts request body bytes as they are sent. */
   onBodyBytes?: (n: number) => void;
+  /** Asks to switch protocols (`Upgrade`, e.g. "websocket"). */
+  upgrade?: string;
 }
 
 /** An origin's response. */
@@ -49,6 +51,11 @@ export interface OriginResponse {
   length: number | null;
   /** Called with the body's size once it has been read to its end. */
   onEnd(fn: (bytes: number) => void): void;
+  /**
+   * After a `101` to a request with `upgrade`: the connection, now the
+   * caller's, and any bytes the origin sent after the head.
+   */
+  tunnel?: { conn: Deno.Conn; buffered: Uint8Array };
 }
 
 /** Options of {@linkcode OriginClient}. */
@@ -359,6 +366,7 @@ export class OriginClient {
     const reused = oc.uses++ > 0;
     const authority = req.port === 443 ? req.host : `${req.host}:${req.port}`;
     let head = `${req.method} ${req.target} HTTP/1.1\r\nhost: ${authority}\r\n`;
+    if (req.upgrade !== undefined) head += `connection: upgrade\r\nupgrade: ${req.upgrade}\r\n`;
     let chunked = false;
     if (req.body !== null) {
       chunked = !req.headers.some(([k]) => k === "content-length");
@@ -379,10 +387,25 @@ export class OriginClient {
     try {
       parsed = await this.#readHead(oc, reused);
       // Interim responses (100 Continue, 103 Early Hints) are skipped.
-      while (parsed.status >= 100 && parsed.status < 200) parsed = await this.#readHead(oc, false);
+      const switching = () => parsed.status === 101 && req.upgrade !== undefined;
+      while (parsed.status >= 100 && parsed.status < 200 && !switching()) {
+        parsed = await this.#readHead(oc, false);
+      }
     } catch (err) {
       sending.catch(() => {});
       throw err;
+    }
+    if (parsed.status === 101) {
+      sending.catch(() => {});
+      return {
+        status: 101,
+        statusText: parsed.statusText,
+        headers: parsed.headers.filter(([k]) => !HOP_BY_HOP.has(k)),
+        body: null,
+        length: 0,
+        onEnd: (fn) => fn(0),
+        tunnel: { conn: oc.conn, buffered: oc.take(oc.buffered) },
+      };
     }
     const bodyDone = sending.then(() => true, () => false);
     const { framing, reusable } = responseFraming(req.method, parsed.status, parsed.headers);
@@ -398,8 +421,9 @@ export class OriginClient {
       endedWith = n;
       for (const fn of endFns) fn(n);
       // Reused only when the request body also went out whole.
-      if (ok && reusable) bodyDone.then((sent) => sent ? this.#release(oc) : oc.close());
-      else oc.close();
+      if (ok && reusable && req.upgrade === undefined) {
+        bodyDone.then((sent) => sent ? this.#release(oc) : oc.close());
+      } else oc.close();
     };
     const res: OriginResponse = {
       status: parsed.status,

@@ -13,7 +13,7 @@ import {
   readHttpHead,
   requestFramingError,
 } from "./http_head.ts";
-import { closeQuietly as close, pump, readBefore, refuse } from "./conn_io.ts";
+import { type ByteConn, closeQuietly as close, pump, readBefore, refuse } from "./conn_io.ts";
 import { dialHttp, dialTunnel, type UpstreamProxyEnv } from "./upstream.ts";
 
 /** What the proxy needs to run. */
@@ -25,7 +25,7 @@ export interface ProxyOptions {
   bump: null | {
     /** Whether a host is spliced instead of inspected (--no-bump-domains). */
     splice(host: string): boolean;
-    intercept(client: Deno.Conn, host: string, port: number, hello: Uint8Array): Promise<void>;
+    intercept(client: ByteConn, host: string, port: number, hello: Uint8Array): Promise<void>;
   };
   /** How long a client has to send its request head (default 30 s). */
   headTimeoutMs?: number;
@@ -57,8 +57,8 @@ function plainError(status: number, reason: string, body: string, proxyError?: s
 
 /** Splices two connections both ways; returns the bytes each way. */
 export async function splice(
-  client: Deno.Conn,
-  upstream: Deno.Conn,
+  client: ByteConn,
+  upstream: ByteConn,
 ): Promise<{ out: number; in: number }> {
   let out = 0;
   let inn = 0;
@@ -72,7 +72,7 @@ export async function splice(
 }
 
 async function readHello(
-  conn: Deno.Conn,
+  conn: ByteConn,
   first: Uint8Array,
 ): Promise<{ bytes: Uint8Array; sni: string | null; error?: string }> {
   let buf = first;
@@ -120,9 +120,8 @@ export function noDelay(conn: Deno.Conn): Deno.Conn {
 }
 
 /** Handles one client connection. */
-export async function handleClient(conn: Deno.Conn, opts: ProxyOptions): Promise<void> {
+export async function handleClient(conn: ByteConn, opts: ProxyOptions): Promise<void> {
   const started = performance.now();
-  noDelay(conn);
   const entry = (
     e:
       & Partial<AccessLogEntry>
@@ -324,7 +323,7 @@ export async function handleClient(conn: Deno.Conn, opts: ProxyOptions): Promise
     write: (p: Uint8Array) => up.conn.write(p),
     closeWrite: () => up.conn.closeWrite(),
     close: () => up.conn.close(),
-  } as unknown as Deno.Conn);
+  });
   logHttp({
     decision: "allowed",
     rule: d.rule,
@@ -335,7 +334,10 @@ export async function handleClient(conn: Deno.Conn, opts: ProxyOptions): Promise
 }
 
 /** Serves a listener until it is closed; resolves when every connection ended. */
-export async function serveProxy(listener: Deno.Listener, opts: ProxyOptions): Promise<void> {
+export async function serveProxy(
+  listener: AsyncIterable<ByteConn>,
+  opts: ProxyOptions,
+): Promise<void> {
   const live = new Set<Promise<void>>();
   try {
     for await (const conn of listener) {

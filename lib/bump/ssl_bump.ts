@@ -11,6 +11,7 @@ import { type BumpLogEntry, Interceptor } from "./intercept.ts";
 import { LeafCache } from "./leaf_cache.ts";
 import { OriginClient } from "./origin_client.ts";
 import { proxyEnv } from "./upstream.ts";
+import type { ByteConn } from "./conn_io.ts";
 import { joinBundle, readSystemRoots } from "./trust_bundle.ts";
 import type { UrlPattern } from "./url_pattern.ts";
 
@@ -36,6 +37,8 @@ export interface BumpSessionOptions {
   systemBundlePath?: string;
   /** The most leaves kept. */
   leafCacheSize?: number;
+  /** How long a request head may take on a bumped HTTP/1.1 connection (default 30 s). */
+  headTimeoutMs?: number;
   /** An upstream proxy URL; by default the invoking environment's HTTPS_PROXY applies. */
   upstreamProxy?: string;
 }
@@ -52,7 +55,7 @@ export interface BumpSession {
    * Takes over a client connection after the proxy answered CONNECT and read
    * the ClientHello (`clientHello`, replayed into the TLS server). Closes it.
    */
-  intercept(client: Deno.Conn, host: string, port: number, clientHello: Uint8Array): Promise<void>;
+  intercept(client: ByteConn, host: string, port: number, clientHello: Uint8Array): Promise<void>;
   /** Overwrites the key file with zeros and deletes it; idempotent. */
   close(): Promise<void>;
 }
@@ -115,6 +118,7 @@ export async function createBumpSession(options: BumpSessionOptions): Promise<Bu
     client,
     log: options.log,
     debug: options.debug,
+    headTimeoutMs: options.headTimeoutMs,
   });
   let closed: Promise<void> | undefined;
   return {

@@ -1,0 +1,427 @@
+/**
+ * forgekit's own HTTP/1.1 server side, for bumped connections whose TLS was
+ * adopted (see `tls_adopt.ts`): reads each request off the socket, hands it
+ * to a handler, writes the handler's reply. Requests on a kept-alive
+ * connection, pipelined ones included, are read and answered one at a time,
+ * in order; each one goes through the handler on its own.
+ *
+ * Request framing follows RFC 9112 and refuses what could be read two ways
+ * (`requestFramingError`): a message the filter and the origin might split
+ * differently is never forwarded. Bodies are streamed both ways. A `101`
+ * reply carrying a tunnel (a WebSocket upgrade the origin accepted) turns
+ * the connection into a raw relay.
+ *
+ * @module
+ */
+import { HEAD_TIMEOUT_MS, MAX_HEAD, requestFramingError } from "./http_head.ts";
+import type { SocketIo } from "./socket_io.ts";
+import { closeQuietly, writeAll } from "./conn_io.ts";
+
+/** A request as read off the connection. */
+export interface H1Request {
+  method: string;
+  /** The URL: the absolute-form target, or `https://` + Host + the origin-form target. */
+  url: string;
+  /** Fields with lower-case names, in order. */
+  headers: [string, string][];
+  body: ReadableStream<Uint8Array> | null;
+  /** The protocol asked for in `Upgrade` (with `Connection: upgrade`), or null. */
+  upgrade: string | null;
+}
+
+/** A reply to write. */
+export interface H1Reply {
+  status: number;
+  statusText: string;
+  /** End-to-end fields; the server sets the framing fields itself. */
+  headers: [string, string][];
+  body: Uint8Array | ReadableStream<Uint8Array> | null;
+  /** The body's length when known in advance. */
+  length: number | null;
+  /** With a 101: the connection to relay to, and bytes it already sent. */
+  tunnel?: { conn: Deno.Conn; buffered: Uint8Array };
+}
+
+/** Answers one request. Its errors close the connection after a 502. */
+export type H1Handler = (req: H1Request) => Promise<H1Reply>;
+
+const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+/** A field value or reason phrase: no CR, LF, NUL or other control but HT. */
+const FIELD_VALUE = /^[\t\x20-\x7e\x80-\xff]*$/;
+const TARGET = /^(?:\/[\x21-\x7e]*|https:\/\/[\x21-\x7e]+)$/;
+
+const enc = new TextEncoder();
+const latin1 = new TextDecoder("latin1");
+
+/** A request head, parsed. */
+export type ParsedHead =
+  | {
+    ok: true;
+    method: string;
+    target: string;
+    version: "1.0" | "1.1";
+    headers: [string, string][];
+    /** How the body is delimited: its length, or "chunked". */
+    body: number | "chunked";
+  }
+  | { ok: false; why: string };
+
+/**
+ * Parses a request head (the text up to the blank line). Refuses, with the
+ * reason: a malformed request line, a target other than origin-form or an
+ * `https://` absolute-form (no fragment), malformed or folded fields,
+ * control characters in values, unsafe body framing, and a missing or
+ * repeated Host on HTTP/1.1.
+ *
+ * @example
+ * ```ts
+ * parseRequestHead("GET /a?b HTTP/1.1\r\nHost: x"); // { ok: true, method: "GET", … }
+ * parseRequestHead("GET /a HTTP/1.1"); // { ok: false, why: "…Host…" }
+ * ```
+ */
+export function parseRequestHead(text: string): ParsedHead {
+  const lines = text.replace(/^(?:\r\n)+/, "").split("\r\n");
+  const m = /^([^ ]+) ([^ ]+) HTTP\/1\.([01])$/.exec(lines[0]);
+  if (!m || !TOKEN.test(m[1])) {
+    return { ok: false, why: `malformed request line ${JSON.stringify(lines[0].slice(0, 80))}` };
+  }
+  const [, method, target, minor] = m;
+  if (!TARGET.test(target) || target.includes("#")) {
+    return { ok: false, why: `unsupported request target ${JSON.stringify(target.slice(0, 80))}` };
+  }
+  const fields = lines.slice(1);
+  const framing = requestFramingError(fields);
+  if (framing !== null) return { ok: false, why: `unsafe body framing: ${framing}` };
+  const headers: [string, string][] = [];
+  for (const line of fields) {
+    const colon = line.indexOf(":");
+    const name = line.slice(0, colon);
+    const value = line.slice(colon + 1).trim();
+    if (!TOKEN.test(name)) {
+      return { ok: false, why: `malformed field name ${JSON.stringify(name)}` };
+    }
+    if (!FIELD_VALUE.test(value)) {
+      return { ok: false, why: `a control character in the ${name} field` };
+    }
+    headers.push([name.toLowerCase(), value]);
+  }
+  const hosts = headers.filter(([k]) => k === "host").length;
+  if (minor === "1" && hosts !== 1) {
+    return { ok: false, why: hosts ? "more than one Host field" : "no Host field" };
+  }
+  const te = headers.some(([k]) => k === "transfer-encoding");
+  const length = headers.find(([k]) => k === "content-length")?.[1].split(",")[0].trim();
+  return {
+    ok: true,
+    method,
+    target,
+    version: minor === "1" ? "1.1" : "1.0",
+    headers,
+    body: te ? "chunked" : length === undefined ? 0 : Number(length),
+  };
+}
+
+/** The comma-separated tokens of a field, lower-case. */
+function tokens(headers: [string, string][], name: string): string[] {
+  return headers.filter(([k]) => k === name).flatMap(([, v]) =>
+    v.toLowerCase().split(",").map((t) => t.trim())
+  );
+}
+
+function concat(a: Uint8Array, b: Uint8Array): Uint8Array {
+  if (a.byteLength === 0) return b;
+  const out = new Uint8Array(a.byteLength + b.byteLength);
+  out.set(a);
+  out.set(b, a.byteLength);
+  return out;
+}
+
+/** Reads up to the blank line; the bytes after it are put back. */
+async function readHead(
+  io: SocketIo,
+  deadline: number,
+): Promise<string | "idle" | "partial" | "too-large"> {
+  let acc: Uint8Array = new Uint8Array(0);
+  let scanned = 0;
+  for (;;) {
+    const chunk = await io.read(Infinity, deadline);
+    if (chunk === "expired") return acc.byteLength ? "partial" : "idle";
+    if (chunk === null) return "idle";
+    acc = concat(acc, chunk);
+    for (let i = Math.max(3, scanned); i < acc.byteLength; i++) {
+      if (acc[i] === 10 && acc[i - 1] === 13 && acc[i - 2] === 10 && acc[i - 3] === 13) {
+        io.unread(acc.subarray(i + 1));
+        return latin1.decode(acc.subarray(0, i - 3));
+      }
+    }
+    if (acc.byteLength > MAX_HEAD) return "too-large";
+    scanned = acc.byteLength;
+  }
+}
+
+/** Reads one CRLF-terminated line (chunk sizes, trailers). */
+async function readLine(io: SocketIo, limit = 4096): Promise<string> {
+  let acc: Uint8Array = new Uint8Array(0);
+  for (;;) {
+    const chunk = await io.read();
+    if (chunk === null || chunk === "expired") throw new Error("the request body ended early");
+    const from = Math.max(1, acc.byteLength);
+    acc = concat(acc, chunk);
+    for (let i = from; i < acc.byteLength; i++) {
+      if (acc[i] === 10 && acc[i - 1] === 13) {
+        io.unread(acc.subarray(i + 1));
+        return latin1.decode(acc.subarray(0, i - 1));
+      }
+    }
+    if (acc.byteLength > limit) throw new Error("a chunk line is too long");
+  }
+}
+
+/** The request body as a stream; `state.done` once it was read whole. */
+function requestBody(
+  io: SocketIo,
+  framing: number | "chunked",
+  state: { done: boolean },
+  beforeFirstRead: () => Promise<void>,
+): ReadableStream<Uint8Array> {
+  let remaining = framing === "chunked" ? 0 : framing;
+  let started = false;
+  let inChunk = false;
+  const next = async (): Promise<Uint8Array | null> => {
+    if (framing !== "chunked") {
+      if (remaining === 0) return null;
+      const got = await io.read(remaining);
+      if (got === null || got === "expired") throw new Error("the request body ended early");
+      remaining -= got.byteLength;
+      return got;
+    }
+    if (!inChunk) {
+      const line = await readLine(io);
+      const size = /^([0-9a-fA-F]{1,12})[ \t]*(?:;.*)?$/.exec(line);
+      if (!size) throw new Error(`invalid chunk size ${JSON.stringify(line.slice(0, 40))}`);
+      remaining = parseInt(size[1], 16);
+      if (remaining === 0) {
+        while ((await readLine(io)) !== ""); // trailers, dropped
+        return null;
+      }
+      inChunk = true;
+    }
+    const got = await io.read(remaining);
+    if (got === null || got === "expired") throw new Error("the request body ended early");
+    remaining -= got.byteLength;
+    if (remaining === 0) {
+      if ((await readLine(io, 2)) !== "") throw new Error("a chunk not followed by CRLF");
+      inChunk = false;
+    }
+    return got;
+  };
+  return new ReadableStream<Uint8Array>({
+    async pull(controller) {
+      if (!started) {
+        started = true;
+        await beforeFirstRead();
+      }
+      const chunk = await next();
+      if (chunk === null) {
+        state.done = true;
+        controller.close();
+      } else controller.enqueue(chunk);
+    },
+  });
+}
+
+/** Writes a final answer of the server's own and closes (the client's input is dropped). */
+async function refuse(io: SocketIo, status: number, reason: string, body: string): Promise<void> {
+  const bytes = enc.encode(body);
+  try {
+    await io.write(enc.encode(
+      `HTTP/1.1 ${status} ${reason}\r\ncontent-type: text/plain; charset=utf-8\r\n` +
+        `content-length: ${bytes.byteLength}\r\nconnection: close\r\n\r\n`,
+    ));
+    await io.write(bytes);
+  } catch {
+    // the client went away
+  }
+  io.end();
+}
+
+/** Serves requests on one connection until it ends; never throws. */
+export async function serveH1(
+  io: SocketIo,
+  handler: H1Handler,
+  options: { headTimeoutMs?: number } = {},
+): Promise<void> {
+  const timeout = options.headTimeoutMs ?? HEAD_TIMEOUT_MS;
+  try {
+    for (;;) {
+      const head = await readHead(io, performance.now() + timeout);
+      if (head === "idle") return;
+      if (head === "partial") {
+        return await refuse(
+          io,
+          408,
+          "Request Timeout",
+          "Request timeout: incomplete request head\n",
+        );
+      }
+      if (head === "too-large") {
+        return await refuse(
+          io,
+          431,
+          "Request Header Fields Too Large",
+          `Request head larger than ${MAX_HEAD} bytes\n`,
+        );
+      }
+      const req = parseRequestHead(head);
+      if (!req.ok) return await refuse(io, 400, "Bad Request", `Bad request: ${req.why}\n`);
+      if (!await exchange(io, req, handler)) return;
+    }
+  } catch {
+    // the connection failed
+  } finally {
+    io.end();
+  }
+}
+
+/** One request and its reply; whether the connection may carry another. */
+async function exchange(
+  io: SocketIo,
+  req: Extract<ParsedHead, { ok: true }>,
+  handler: H1Handler,
+): Promise<boolean> {
+  const host = req.headers.find(([k]) => k === "host")?.[1] ?? "";
+  if (req.target.startsWith("https://")) {
+    const authority = req.target.slice(8).split(/[/?]/)[0].toLowerCase();
+    if (host !== "" && host.toLowerCase() !== authority) {
+      await refuse(io, 400, "Bad Request", "Bad request: the Host field differs from the target\n");
+      return false;
+    }
+  }
+  const connection = tokens(req.headers, "connection");
+  let keepAlive = req.version === "1.1"
+    ? !connection.includes("close")
+    : connection.includes("keep-alive");
+  const body = { done: req.body === 0 };
+  const expectsContinue = req.version === "1.1" &&
+    tokens(req.headers, "expect").includes("100-continue");
+  const upgrade = connection.includes("upgrade")
+    ? req.headers.find(([k]) => k === "upgrade")?.[1] ?? null
+    : null;
+
+  let reply: H1Reply;
+  try {
+    reply = await handler({
+      method: req.method,
+      url: req.target.startsWith("https://") ? req.target : `https://${host}${req.target}`,
+      headers: req.headers,
+      body: req.body === 0 ? null : requestBody(io, req.body, body, async () => {
+        if (expectsContinue) await io.write(enc.encode("HTTP/1.1 100 Continue\r\n\r\n"));
+      }),
+      upgrade,
+    });
+  } catch (e) {
+    await refuse(io, 502, "Bad Gateway", `Bad gateway: ${(e as Error).message}\n`);
+    return false;
+  }
+
+  if (reply.status === 101 && reply.tunnel) {
+    await writeHead(io, reply, `connection: upgrade\r\nupgrade: ${upgrade ?? "websocket"}\r\n`);
+    await relay(io, reply.tunnel);
+    return false;
+  }
+
+  const bodiless = req.method === "HEAD" || reply.status < 200 || reply.status === 204 ||
+    reply.status === 304;
+  let framing = "";
+  let chunked = false;
+  if (!bodiless) {
+    if (reply.body instanceof Uint8Array) framing = `content-length: ${reply.body.byteLength}\r\n`;
+    else if (reply.body === null) framing = "content-length: 0\r\n";
+    else if (reply.length !== null) framing = `content-length: ${reply.length}\r\n`;
+    else if (req.version === "1.1") {
+      framing = "transfer-encoding: chunked\r\n";
+      chunked = true;
+    } else keepAlive = false; // delimited by closing
+  }
+  const headers = bodiless
+    ? reply.headers
+    : reply.headers.filter(([k]) => k !== "content-length" && k !== "transfer-encoding");
+  // A request body left unread would be taken for the next request.
+  if (!body.done) keepAlive = false;
+  const head = enc.encode(
+    headText({ ...reply, headers }, framing + (keepAlive ? "" : "connection: close\r\n")),
+  );
+  const content = bodiless ? null : reply.body;
+  if (content === null || content instanceof Uint8Array) {
+    await io.write(content === null ? head : concat(head, content));
+  } else {
+    await io.write(head);
+    let sent = 0;
+    for await (const chunk of content) {
+      if (chunk.byteLength === 0) continue;
+      sent += chunk.byteLength;
+      if (reply.length !== null && sent > reply.length) throw new Error("the body is too long");
+      if (!chunked) {
+        await io.write(chunk);
+        continue;
+      }
+      const size = enc.encode(`${chunk.byteLength.toString(16)}\r\n`);
+      const framed = new Uint8Array(size.byteLength + chunk.byteLength + 2);
+      framed.set(size);
+      framed.set(chunk, size.byteLength);
+      framed.set([13, 10], size.byteLength + chunk.byteLength);
+      await io.write(framed);
+    }
+    if (chunked) await io.write(enc.encode("0\r\n\r\n"));
+    else if (reply.length !== null && sent !== reply.length) {
+      throw new Error("the body ended before its length");
+    }
+  }
+  return keepAlive && body.done;
+}
+
+function headText(reply: Pick<H1Reply, "status" | "statusText" | "headers">, extra: string) {
+  const reason = FIELD_VALUE.test(reply.statusText) ? reply.statusText : "";
+  let head = `HTTP/1.1 ${reply.status} ${reason}\r\n`;
+  for (const [k, v] of reply.headers) {
+    if (TOKEN.test(k) && FIELD_VALUE.test(v)) head += `${k}: ${v}\r\n`;
+  }
+  return head + extra + "\r\n";
+}
+
+async function writeHead(io: SocketIo, reply: H1Reply, extra: string): Promise<void> {
+  await io.write(enc.encode(headText(reply, extra)));
+}
+
+/** Copies both ways between the client and the tunnel until both ends are done. */
+async function relay(io: SocketIo, tunnel: { conn: Deno.Conn; buffered: Uint8Array }) {
+  const { conn } = tunnel;
+  const toClient = (async () => {
+    try {
+      if (tunnel.buffered.byteLength) await io.write(tunnel.buffered);
+      for (;;) {
+        const buf = new Uint8Array(64 * 1024);
+        const n = await conn.read(buf);
+        if (n === null) break;
+        await io.write(buf.subarray(0, n));
+      }
+    } catch {
+      // either side went away
+    }
+    io.end();
+  })();
+  const toOrigin = (async () => {
+    try {
+      for (;;) {
+        const chunk = await io.read();
+        if (chunk === null || chunk === "expired") break;
+        await writeAll(conn, chunk);
+      }
+      await conn.closeWrite();
+    } catch {
+      // either side went away
+    }
+  })();
+  await Promise.all([toClient, toOrigin]);
+  closeQuietly(conn);
+}

@@ -1,0 +1,144 @@
+/**
+ * A Node socket (here: a server `tls.TLSSocket`) as promise-returning reads
+ * and writes: reads are buffered with backpressure (the socket is paused
+ * while too much is queued), writes wait for `drain`.
+ *
+ * @module
+ */
+import type { Duplex } from "node:stream";
+
+/** Bytes queued before the socket is paused. */
+const HIGH_WATER = 256 * 1024;
+
+/** Reads and writes on one socket. */
+export class SocketIo {
+  #queue: Uint8Array[] = [];
+  #queued = 0;
+  #paused = false;
+  #ended = false;
+  #failure: Error | null = null;
+  #wake: (() => void) | null = null;
+
+  #listeners: [string, (arg: never) => void][];
+
+  constructor(readonly socket: Duplex) {
+    this.#listeners = [
+      ["data", (b: Uint8Array) => {
+        this.#queue.push(new Uint8Array(b.buffer, b.byteOffset, b.byteLength));
+        this.#queued += b.byteLength;
+        if (this.#queued >= HIGH_WATER && !this.#paused) {
+          this.#paused = true;
+          socket.pause();
+        }
+        this.#notify();
+      }],
+      ["end", () => {
+        this.#ended = true;
+        this.#notify();
+      }],
+      ["error", (e: Error) => {
+        this.#failure ??= e;
+        this.#notify();
+      }],
+      ["close", () => {
+        this.#ended = true;
+        this.#notify();
+      }],
+    ];
+    for (const [event, fn] of this.#listeners) socket.on(event, fn as (arg: unknown) => void);
+  }
+
+  /**
+   * Hands the socket back: reading stops, and bytes received but not read
+   * yet are put back into the socket's own stream (for a new reader, such
+   * as a TLS server). Must not be called with a read pending.
+   */
+  detach(): Duplex {
+    for (const [event, fn] of this.#listeners) this.socket.off(event, fn as (arg: unknown) => void);
+    this.socket.pause();
+    for (const chunk of this.#queue.reverse()) this.socket.unshift(chunk);
+    this.#queue = [];
+    this.#queued = 0;
+    return this.socket;
+  }
+
+  /** Whether the socket can no longer be written to. */
+  get closed(): boolean {
+    return this.socket.destroyed || this.socket.writableEnded;
+  }
+
+  #notify(): void {
+    const wake = this.#wake;
+    this.#wake = null;
+    wake?.();
+  }
+
+  /**
+   * The next bytes received (at most `max`), null at the end of input, or
+   * "expired" when nothing arrived before `deadline` (a performance.now()
+   * time). A failed socket's error is thrown.
+   */
+  async read(max = Infinity, deadline?: number): Promise<Uint8Array | null | "expired"> {
+    while (this.#queue.length === 0) {
+      if (this.#failure) throw this.#failure;
+      if (this.#ended) return null;
+      const { promise, resolve } = Promise.withResolvers<void>();
+      this.#wake = resolve;
+      if (deadline === undefined) {
+        await promise;
+        continue;
+      }
+      const timer = setTimeout(resolve, Math.max(0, deadline - performance.now()));
+      await promise;
+      clearTimeout(timer);
+      if (this.#queue.length === 0 && performance.now() >= deadline) return "expired";
+    }
+    let chunk = this.#queue.shift()!;
+    if (chunk.byteLength > max) {
+      this.#queue.unshift(chunk.subarray(max));
+      chunk = chunk.subarray(0, max);
+    }
+    this.#queued -= chunk.byteLength;
+    if (this.#paused && this.#queued < HIGH_WATER / 2) {
+      this.#paused = false;
+      this.socket.resume();
+    }
+    return chunk;
+  }
+
+  /** Puts bytes back in front of the input. */
+  unread(bytes: Uint8Array): void {
+    if (bytes.byteLength === 0) return;
+    this.#queue.unshift(bytes);
+    this.#queued += bytes.byteLength;
+  }
+
+  /**
+   * Writes bytes, waiting while the socket's buffer is full. The socket
+   * keeps a reference: the bytes must not be changed afterwards.
+   */
+  async write(bytes: Uint8Array): Promise<void> {
+    if (this.closed) throw new Error("the client connection is closed");
+    if (this.socket.write(bytes)) return;
+    await new Promise<void>((resolve, reject) => {
+      const done = () => {
+        this.socket.off("drain", done);
+        this.socket.off("close", done);
+        if (this.socket.destroyed) reject(new Error("the client connection closed"));
+        else resolve();
+      };
+      this.socket.on("drain", done);
+      this.socket.on("close", done);
+    });
+  }
+
+  /** Half-closes: no more writes (what was written is still sent). */
+  end(): void {
+    if (!this.closed) this.socket.end();
+  }
+
+  /** Closes at once. */
+  destroy(): void {
+    this.socket.destroy();
+  }
+}
