@@ -14,6 +14,9 @@
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { createBumpSession } from "../lib/bump/ssl_bump.ts";
+import { AccessLog } from "../lib/bump/access_log.ts";
+import { NodeListener } from "../lib/bump/node_conn.ts";
+import { serveProxy } from "../lib/bump/proxy.ts";
 import { makeTestCa } from "../tests/support/tls.ts";
 
 const dec = new TextDecoder();
@@ -208,6 +211,7 @@ async function newConnMs(t: Target, hosts: string[]): Promise<number> {
 
 async function forgekitTarget(routerUrl: string | undefined, testCa: string): Promise<Target> {
   const sessionDir = await Deno.makeTempDir({ prefix: "fw-bench-" });
+  const log = new AccessLog(join(sessionDir, "access.log"));
   const bump = await createBumpSession({
     sessionDir,
     sessionId: "bench",
@@ -215,34 +219,30 @@ async function forgekitTarget(routerUrl: string | undefined, testCa: string): Pr
     patterns: [],
     upstreamCaCerts: [testCa],
     upstreamProxy: routerUrl,
-    log: () => {},
+    log: (e) => log.write(e),
     debug: () => {},
   });
-  // A minimal CONNECT front (the firewall's proxy does the same, plus policy).
-  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const tasks = new Set<Promise<void>>();
-  const accept = (async () => {
-    for await (const conn of listener) {
-      const task = (async () => {
-        const buf = new Uint8Array(4096);
-        const n = await conn.read(buf);
-        const [, target] = dec.decode(buf.subarray(0, n ?? 0)).split(" ");
-        const [host, port] = target.split(":");
-        await conn.write(new TextEncoder().encode("HTTP/1.1 200 Connection established\r\n\r\n"));
-        await bump.intercept(conn, host, Number(port), new Uint8Array(0));
-      })().catch(() => {});
-      tasks.add(task);
-      task.finally(() => tasks.delete(task));
-    }
-  })();
+  // The firewall's own proxy and listener: CONNECT policy, SNI check, bump.
+  const listener = await NodeListener.listen({ hostname: "127.0.0.1", port: 0 });
+  const serving = serveProxy(listener, {
+    policy: { allow: ["github.com"], block: [] },
+    log,
+    upstream: { noProxy: [] },
+    bump: { splice: () => false, intercept: (c, h, p, hello) => bump.intercept(c, h, p, hello) },
+  });
   return {
     name: "forgekit --ssl-bump",
-    args: ["--proxy", `http://127.0.0.1:${listener.addr.port}`, "--cacert", bump.caCertPath],
+    args: [
+      "--proxy",
+      `http://127.0.0.1:${(listener.addr as Deno.NetAddr).port}`,
+      "--cacert",
+      bump.caCertPath,
+    ],
     async close() {
       listener.close();
-      await accept;
       await bump.close();
-      await Promise.all(tasks);
+      await serving;
+      log.close();
       await Deno.remove(sessionDir, { recursive: true });
     },
   };

@@ -128,7 +128,10 @@ Deno.test("an allowed wss:// handshake is relayed to the origin and frames flow 
     await done;
     assert.deepEqual(f.hits, ["/allowed/socket"]);
     // Deno's WebSocket offers HTTP/1.1 only: frames are relayed raw on the adopted connection.
-    assert.ok(f.debug.some((l) => l.includes("TLS on the client connection")), f.debug.join("\n"));
+    assert.ok(
+      f.debug.some((l) => l.includes("HTTP/1.1 (on the client connection)")),
+      f.debug.join("\n"),
+    );
     const entry = f.logs.find((e) => e.url === "https://api.github.com/allowed/socket");
     assert.ok(entry, "the handshake is logged with its full URL");
     assert.equal(entry.decision, "allowed");

@@ -29,6 +29,9 @@ export class AccessLog {
   #file: Deno.FsFile;
   #enc = new TextEncoder();
   #debug?: (line: string) => void;
+  #pending = "";
+  #closed = false;
+  #flushTimer: ReturnType<typeof setTimeout> | undefined;
 
   constructor(path: string, debug?: (line: string) => void) {
     this.path = path;
@@ -36,10 +39,18 @@ export class AccessLog {
     this.#debug = debug;
   }
 
-  /** Writes one entry (synchronously, so that nothing is lost on exit). */
+  /**
+   * Writes one entry. Lines are appended at the end of the current task
+   * (a timer of 0 ms), after the response that the entry describes went
+   * out, so that the log write is not on a request's path; `flush()` and
+   * `close()` write what is pending at once.
+   */
   write(entry: AccessLogEntry): void {
     this.blocked.add(entry);
-    this.#file.writeSync(this.#enc.encode(JSON.stringify(entry) + "\n"));
+    if (!this.#closed) {
+      this.#pending += JSON.stringify(entry) + "\n";
+      this.#flushTimer ??= setTimeout(() => this.flush(), 0);
+    }
     this.#debug?.(
       `forgekit firewall: ${entry.decision} ${entry.method} ${
         entry.url ?? `${entry.host}:${entry.port}`
@@ -47,10 +58,22 @@ export class AccessLog {
     );
   }
 
+  /** Writes the pending lines now. */
+  flush(): void {
+    clearTimeout(this.#flushTimer);
+    this.#flushTimer = undefined;
+    if (this.#pending === "") return;
+    const bytes = this.#enc.encode(this.#pending);
+    this.#pending = "";
+    for (let off = 0; off < bytes.length;) off += this.#file.writeSync(bytes.subarray(off));
+  }
+
+  /** Flushes and closes; entries written later are only counted for the summary. */
   close(): void {
-    try {
-      this.#file.close();
-    } catch { /* closed */ }
+    if (this.#closed) return;
+    this.flush();
+    this.#closed = true;
+    this.#file.close();
   }
 }
 

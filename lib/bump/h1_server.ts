@@ -14,8 +14,7 @@
  * @module
  */
 import { HEAD_TIMEOUT_MS, MAX_HEAD, requestFramingError } from "./http_head.ts";
-import type { SocketIo } from "./socket_io.ts";
-import { closeQuietly, writeAll } from "./conn_io.ts";
+import { relay, type SocketIo } from "./socket_io.ts";
 
 /** A request as read off the connection. */
 export interface H1Request {
@@ -48,6 +47,8 @@ export type H1Handler = (req: H1Request) => Promise<H1Reply>;
 const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 /** A field value or reason phrase: no CR, LF, NUL or other control but HT. */
 const FIELD_VALUE = /^[\t\x20-\x7e\x80-\xff]*$/;
+/** A Host value: a name or an IP literal, with an optional port (RFC 9110 §7.2). */
+const HOST = /^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~-]+)(?::\d{1,5})?$/;
 const TARGET = /^(?:\/[\x21-\x7e]*|https:\/\/[\x21-\x7e]+)$/;
 
 const enc = new TextEncoder();
@@ -96,18 +97,21 @@ export function parseRequestHead(text: string): ParsedHead {
   for (const line of fields) {
     const colon = line.indexOf(":");
     const name = line.slice(0, colon);
-    const value = line.slice(colon + 1).trim();
+    const raw = line.slice(colon + 1);
     if (!TOKEN.test(name)) {
       return { ok: false, why: `malformed field name ${JSON.stringify(name)}` };
     }
-    if (!FIELD_VALUE.test(value)) {
+    if (!FIELD_VALUE.test(raw)) {
       return { ok: false, why: `a control character in the ${name} field` };
     }
+    const value = raw.replace(/^[ \t]+|[ \t]+$/g, "");
     headers.push([name.toLowerCase(), value]);
   }
-  const hosts = headers.filter(([k]) => k === "host").length;
-  if (minor === "1" && hosts !== 1) {
-    return { ok: false, why: hosts ? "more than one Host field" : "no Host field" };
+  const hosts = headers.filter(([k]) => k === "host");
+  if (hosts.length > 1) return { ok: false, why: "more than one Host field" };
+  if (minor === "1" && hosts.length === 0) return { ok: false, why: "no Host field" };
+  if (hosts.length && !HOST.test(hosts[0][1])) {
+    return { ok: false, why: `invalid Host ${JSON.stringify(hosts[0][1].slice(0, 80))}` };
   }
   const te = headers.some(([k]) => k === "transfer-encoding");
   const length = headers.find(([k]) => k === "content-length")?.[1].split(",")[0].trim();
@@ -227,7 +231,8 @@ function requestBody(
         controller.close();
       } else controller.enqueue(chunk);
     },
-  });
+    // Nothing is read (and no 100 Continue sent) before the body is asked for.
+  }, { highWaterMark: 0 });
 }
 
 /** Writes a final answer of the server's own and closes (the client's input is dropped). */
@@ -326,7 +331,7 @@ async function exchange(
 
   if (reply.status === 101 && reply.tunnel) {
     await writeHead(io, reply, `connection: upgrade\r\nupgrade: ${upgrade ?? "websocket"}\r\n`);
-    await relay(io, reply.tunnel);
+    await relay(io, reply.tunnel.conn, reply.tunnel.buffered);
     return false;
   }
 
@@ -357,12 +362,16 @@ async function exchange(
   } else {
     await io.write(head);
     let sent = 0;
-    for await (const chunk of content) {
+    for await (let chunk of content) {
       if (chunk.byteLength === 0) continue;
+      // A sized body ends at its length (the stream may be the origin connection itself).
+      if (reply.length !== null && sent + chunk.byteLength > reply.length) {
+        chunk = chunk.subarray(0, reply.length - sent);
+      }
       sent += chunk.byteLength;
-      if (reply.length !== null && sent > reply.length) throw new Error("the body is too long");
       if (!chunked) {
         await io.write(chunk);
+        if (sent === reply.length) break;
         continue;
       }
       const size = enc.encode(`${chunk.byteLength.toString(16)}\r\n`);
@@ -391,37 +400,4 @@ function headText(reply: Pick<H1Reply, "status" | "statusText" | "headers">, ext
 
 async function writeHead(io: SocketIo, reply: H1Reply, extra: string): Promise<void> {
   await io.write(enc.encode(headText(reply, extra)));
-}
-
-/** Copies both ways between the client and the tunnel until both ends are done. */
-async function relay(io: SocketIo, tunnel: { conn: Deno.Conn; buffered: Uint8Array }) {
-  const { conn } = tunnel;
-  const toClient = (async () => {
-    try {
-      if (tunnel.buffered.byteLength) await io.write(tunnel.buffered);
-      for (;;) {
-        const buf = new Uint8Array(64 * 1024);
-        const n = await conn.read(buf);
-        if (n === null) break;
-        await io.write(buf.subarray(0, n));
-      }
-    } catch {
-      // either side went away
-    }
-    io.end();
-  })();
-  const toOrigin = (async () => {
-    try {
-      for (;;) {
-        const chunk = await io.read();
-        if (chunk === null || chunk === "expired") break;
-        await writeAll(conn, chunk);
-      }
-      await conn.closeWrite();
-    } catch {
-      // either side went away
-    }
-  })();
-  await Promise.all([toClient, toOrigin]);
-  closeQuietly(conn);
 }

@@ -1,18 +1,15 @@
 /**
  * TLS termination and per-request policy for `--ssl-bump`.
  *
- * Two routes, one policy. Clients that offer only HTTP/1.1 in ALPN (or no
- * ALPN) get TLS on the accepted connection itself (`NodeConn.startTls`)
- * and their requests read by forgekit's own HTTP/1.1 server
- * (`h1_server.ts`): no extra hop. Clients that offer h2 are served by an
- * internal TLS listener per bumped host on 127.0.0.1 (Deno.serve: ALPN h2
- * and http/1.1, each HTTP/2 stream handed over on its own):
- * {@linkcode Interceptor.intercept} connects to it, replays the ClientHello
- * the proxy already read, and splices. That listener serves only
- * connections `intercept()` made: their local ports are registered, and a
- * request from any other peer is refused before anything is forwarded.
- * A connection that is not a `NodeConn` (a `Deno.Conn`) always takes the
- * second route.
+ * TLS is terminated on the client's own connection (`NodeConn.startTls`,
+ * node:tls with the host's leaf; ALPN h2 and http/1.1). Then:
+ *
+ * - HTTP/1.1: forgekit's own server (`h1_server.ts`) reads each request
+ *   off the connection; nothing else is in the way.
+ * - HTTP/2: the decrypted bytes are relayed to an internal cleartext
+ *   `Deno.serve` (h2c) on a Unix socket per bumped host and port, in the
+ *   session's 0700 ssl directory (hidden inside the sandbox), which hands
+ *   over each stream on its own.
  *
  * Either way each request gets the same treatment: the Host (or
  * :authority) must be the CONNECT host, the URL must pass the patterns,
@@ -24,12 +21,13 @@
 import { LeafCache } from "./leaf_cache.ts";
 import type { Leaf } from "./ca.ts";
 import { decideUrl, type UrlPattern } from "./url_pattern.ts";
-import { type ByteConn, closeQuietly, pump, writeAll } from "./conn_io.ts";
+import { type ByteConn, closeQuietly } from "./conn_io.ts";
 import type { AccessLogEntry } from "./access_log.ts";
 import { HOP_BY_HOP, type OriginClient, type OriginResponse } from "./origin_client.ts";
-import { parseClientHello } from "./client_hello.ts";
 import { NodeConn } from "./node_conn.ts";
-import { SocketIo } from "./socket_io.ts";
+import { relay, SocketIo } from "./socket_io.ts";
+import { HEAD_TIMEOUT_MS } from "./http_head.ts";
+import { join } from "node:path";
 import { type H1Reply, type H1Request, serveH1 } from "./h1_server.ts";
 import tls from "node:tls";
 
@@ -43,11 +41,11 @@ export interface InterceptorOptions {
   leafFor: (host: string) => Promise<Leaf>;
   /** Upstream requests: pooled HTTP/1.1 connections to origins. */
   origins: OriginClient;
-  /** The client for upstream WebSocket handshakes (trust and proxy). */
-  client: Deno.HttpClient;
+  /** Where the internal HTTP/2 listeners' Unix sockets go (a 0700 directory). */
+  socketDir: string;
   log: (entry: BumpLogEntry) => void;
   debug: (line: string) => void;
-  /** The most internal listeners kept (one per host). */
+  /** The most internal listeners kept (one per host and port). */
   capacity?: number;
   /** How long a request head may take on an adopted connection. */
   headTimeoutMs?: number;
@@ -130,7 +128,7 @@ export function expectedAuthority(host: string, port: number): string[] {
 }
 
 interface Listener {
-  port: number;
+  path: string;
   server: Deno.HttpServer;
 }
 
@@ -140,10 +138,10 @@ interface Listener {
  */
 export class Interceptor {
   #opts: InterceptorOptions;
-  #conns = new Map<number, ConnContext>();
   #listeners: LeafCache<Listener>;
   #contexts: LeafCache<tls.SecureContext>;
   #sockets = new Set<tls.TLSSocket>();
+  #listened = 0;
   #closed = false;
 
   constructor(options: InterceptorOptions) {
@@ -151,57 +149,47 @@ export class Interceptor {
     this.#listeners = new LeafCache<Listener>({
       capacity: options.capacity ?? 256,
       onEvict: (l) => {
-        l.server.shutdown().catch(() => {});
+        l.server.shutdown().catch(() => {}).finally(() => Deno.remove(l.path).catch(() => {}));
       },
     });
     this.#contexts = new LeafCache<tls.SecureContext>({ capacity: options.capacity ?? 256 });
   }
 
-  /** Takes over a client connection whose ClientHello (for `host`) was already read. */
+  /**
+   * Takes over a client connection whose ClientHello (for `host`) was
+   * already read, until it ends. Only connections accepted by the proxy's
+   * `NodeListener` can be taken over; any other is closed.
+   */
   async intercept(
     client: ByteConn,
     host: string,
     port: number,
     clientHello: Uint8Array,
   ): Promise<void> {
-    if (this.#closed) return closeQuietly(client);
+    if (this.#closed || !(client instanceof NodeConn)) return closeQuietly(client);
     const ctx = { host: host.toLowerCase(), port };
     this.#opts.origins.warm(ctx.host, port);
-    const hello = parseClientHello(clientHello);
-    const offersH2 = hello.status === "ok" && hello.alpn.includes("h2");
-    if (client instanceof NodeConn && !offersH2) {
-      this.#opts.debug(`ssl-bump: ${ctx.host}:${port}: TLS on the client connection (HTTP/1.1)`);
-      return await this.#adopted(client, ctx, clientHello);
-    }
-    this.#opts.debug(`ssl-bump: ${ctx.host}:${port}: TLS on the internal listener (HTTP/2, 1.1)`);
-    return await this.#spliced(client, ctx, clientHello);
-  }
-
-  /** Closes every internal listener and adopted connection. */
-  async close(): Promise<void> {
-    this.#closed = true;
-    this.#listeners.clear();
-    this.#contexts.clear();
-    for (const socket of this.#sockets) socket.destroy();
-    await Promise.resolve();
-  }
-
-  /** The HTTP/1.1 route: TLS on the client connection itself, forgekit's server. */
-  async #adopted(client: NodeConn, ctx: ConnContext, clientHello: Uint8Array): Promise<void> {
     let socket: tls.TLSSocket | undefined;
     try {
       const secureContext = await this.#contexts.get(ctx.host, async () => {
         const leaf = await this.#opts.leafFor(ctx.host);
         return tls.createSecureContext({ cert: leaf.cert, key: leaf.key });
       });
-      socket = client.startTls(clientHello, { secureContext, alpn: ["http/1.1"] });
+      socket = client.startTls(clientHello, { secureContext, alpn: ["h2", "http/1.1"] });
       this.#sockets.add(socket);
       const closed = new Promise<void>((resolve) => socket!.once("close", resolve));
-      // A failed handshake surfaces as a read error in serveH1.
-      await serveH1(new SocketIo(socket), (req) => this.#answer(ctx, req), {
-        headTimeoutMs: this.#opts.headTimeoutMs,
-      });
-      // serveH1 ended the writing side; the client gets a moment to close its own.
+      const io = new SocketIo(socket);
+      if (!await handshake(socket, closed, this.#opts.headTimeoutMs ?? HEAD_TIMEOUT_MS)) return;
+      if (socket.alpnProtocol === "h2") {
+        this.#opts.debug(`ssl-bump: ${ctx.host}:${port}: HTTP/2 (internal listener)`);
+        await this.#http2(io, ctx);
+      } else {
+        this.#opts.debug(`ssl-bump: ${ctx.host}:${port}: HTTP/1.1 (on the client connection)`);
+        await serveH1(io, (req) => this.#answer(ctx, req), {
+          headTimeoutMs: this.#opts.headTimeoutMs,
+        });
+      }
+      // The writing side has ended; the client gets a moment to close its own.
       const timer = setTimeout(() => socket!.destroy(), 2000);
       await closed;
       clearTimeout(timer);
@@ -222,61 +210,37 @@ export class Interceptor {
     }
   }
 
-  /** The route for h2 clients: a splice into the host's internal Deno.serve listener. */
-  async #spliced(client: ByteConn, ctx: ConnContext, clientHello: Uint8Array): Promise<void> {
-    let inner: Deno.TcpConn | undefined;
-    let localPort = -1;
-    try {
-      const listener = await this.#listeners.get(ctx.host, () => this.#listen(ctx.host));
-      inner = await Deno.connect({ hostname: "127.0.0.1", port: listener.port });
-      localPort = inner.localAddr.port;
-      // Small TLS records must not wait for delayed ACKs (40 ms per request otherwise).
-      inner.setNoDelay(true);
-      this.#conns.set(localPort, ctx);
-      await writeAll(inner, clientHello);
-      const a = inner;
-      await Promise.all([pump(client, a), pump(a, client)]);
-    } catch (e) {
-      this.#opts.debug(
-        `ssl-bump: interception of ${ctx.host}:${ctx.port} ended: ${(e as Error).message}`,
-      );
-    } finally {
-      if (localPort !== -1) this.#conns.delete(localPort);
-      closeQuietly(inner);
-      closeQuietly(client);
-    }
+  /** Closes every internal listener and bumped connection. */
+  async close(): Promise<void> {
+    this.#closed = true;
+    this.#listeners.clear();
+    this.#contexts.clear();
+    for (const socket of this.#sockets) socket.destroy();
+    await Promise.resolve();
   }
 
-  async #listen(host: string): Promise<Listener> {
-    const leaf = await this.#opts.leafFor(host);
-    const { promise, resolve } = Promise.withResolvers<number>();
+  /** Relays an HTTP/2 connection's decrypted bytes to the internal listener. */
+  async #http2(io: SocketIo, ctx: ConnContext): Promise<void> {
+    const listener = await this.#listeners.get(`${ctx.host}:${ctx.port}`, () => this.#listen(ctx));
+    await relay(io, await Deno.connect({ transport: "unix", path: listener.path }));
+  }
+
+  async #listen(ctx: ConnContext): Promise<Listener> {
+    const path = join(this.#opts.socketDir, `h2-${++this.#listened}.sock`);
+    const { promise, resolve } = Promise.withResolvers<void>();
     const server = Deno.serve({
-      hostname: "127.0.0.1",
-      port: 0,
-      cert: leaf.cert,
-      key: leaf.key,
-      onListen: (addr) => resolve(addr.port),
+      path,
+      onListen: () => resolve(),
       onError: () => new Response("Bad gateway\n", { status: 502 }),
-    }, (req, info) => this.#handle(req, info));
-    return { port: await promise, server };
+    }, (req) => this.#handle(req, ctx));
+    await promise;
+    return { path, server };
   }
 
-  /** A request on the Deno.serve route. */
-  async #handle(req: Request, info: Deno.ServeHandlerInfo): Promise<Response> {
-    const started = performance.now();
-    const ctx = this.#conns.get((info.remoteAddr as Deno.NetAddr).port);
-    if (!ctx) {
-      return new Response("Forbidden\n", { status: 403 });
-    }
-    const verdict = this.#judge(ctx, req.method, req.url, started);
+  /** A request on the HTTP/2 route. */
+  async #handle(req: Request, ctx: ConnContext): Promise<Response> {
+    const verdict = this.#judge(ctx, req.method, req.url, performance.now());
     if (!("target" in verdict)) return toResponse(verdict);
-    if (req.headers.get("upgrade")?.toLowerCase() === "websocket") {
-      return this.#websocket(
-        req,
-        `https://${authorityOf(ctx)}${verdict.target}`,
-        (status) => this.#opts.log(verdict.entry(status, { pattern: verdict.pattern })),
-      );
-    }
     const reply = await this.#forward(ctx, verdict, req.method, req.headers, req.body);
     try {
       return toResponse(reply);
@@ -286,7 +250,7 @@ export class Interceptor {
     }
   }
 
-  /** A request on the adopted route. */
+  /** A request on the HTTP/1.1 route. */
   #answer(ctx: ConnContext, req: H1Request): Promise<H1Reply> {
     const verdict = this.#judge(ctx, req.method, req.url, performance.now());
     if (!("target" in verdict)) {
@@ -419,42 +383,18 @@ export class Interceptor {
       `Upstream error for ${allowed.sentUrl}: ${message}\n`,
     );
   }
+}
 
-  #websocket(req: Request, target: string, logged: (status: number) => void): Response {
-    // Headers are unreadable once the request is upgraded.
-    const protocols = req.headers.get("sec-websocket-protocol")?.split(",").map((s) => s.trim())
-      .filter((s) => s !== "");
-    // The first offered subprotocol is accepted (upstream is asked for the same list).
-    const { socket, response } = Deno.upgradeWebSocket(req, { protocol: protocols?.[0] });
-    const wssUrl = target.replace(/^https:/, "wss:");
-    // The client option carries the upstream trust (--upstream-ca) and proxy.
-    const init = { protocols, client: this.#opts.client } as unknown as string[];
-    const upstream = new WebSocket(wssUrl, init);
-    upstream.binaryType = "arraybuffer";
-    const pending: (string | ArrayBuffer)[] = [];
-    socket.onmessage = (e) => {
-      if (upstream.readyState === WebSocket.OPEN) upstream.send(e.data);
-      else pending.push(e.data);
-    };
-    upstream.onopen = () => {
-      logged(101);
-      for (const m of pending.splice(0)) upstream.send(m);
-    };
-    upstream.onmessage = (e) => {
-      if (socket.readyState === WebSocket.OPEN) socket.send(e.data);
-    };
-    const closeBoth = () => {
-      if (socket.readyState < WebSocket.CLOSING) socket.close();
-      if (upstream.readyState < WebSocket.CLOSING) upstream.close();
-    };
-    upstream.onclose = closeBoth;
-    upstream.onerror = () => {
-      logged(502);
-      closeBoth();
-    };
-    socket.onclose = closeBoth;
-    return response;
-  }
+/** Waits for the TLS handshake: false when the client went away or took too long. */
+async function handshake(socket: tls.TLSSocket, closed: Promise<void>, ms: number) {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const done = await Promise.race([
+    new Promise<boolean>((resolve) => socket.once("secure", () => resolve(true))),
+    closed.then(() => false),
+    new Promise<boolean>((resolve) => timer = setTimeout(() => resolve(false), ms)),
+  ]);
+  clearTimeout(timer);
+  return done;
 }
 
 function authorityOf(ctx: ConnContext): string {

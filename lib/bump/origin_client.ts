@@ -374,15 +374,17 @@ export class OriginClient {
     }
     for (const [k, v] of req.headers) head += `${k}: ${v}\r\n`;
     head += "\r\n";
-    try {
-      await writeAll(oc.conn, enc.encode(head));
-    } catch (err) {
-      throw reused ? new StaleConnection(err) : err;
-    }
+    // The response is awaited while the head is still being written (one
+    // turn of the event loop less per request); a failed write closes the
+    // connection, which fails the read (a stale reused connection: retried).
+    const wrote = writeAll(oc.conn, enc.encode(head));
+    wrote.catch(() => oc.close());
     // The response may start before the request body ends (an early 413).
     const sending = req.body === null
-      ? Promise.resolve()
-      : sendBody(oc.conn, req.body, chunked, req.onBodyBytes);
+      ? wrote
+      : wrote.then(() => sendBody(oc.conn, req.body!, chunked, req.onBodyBytes));
+    // A request body that fails (the client went away) ends the exchange.
+    sending.catch(() => oc.close());
     let parsed: Head;
     try {
       parsed = await this.#readHead(oc, reused);

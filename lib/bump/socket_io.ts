@@ -6,6 +6,7 @@
  * @module
  */
 import type { Duplex } from "node:stream";
+import { closeQuietly, writeAll } from "./conn_io.ts";
 
 /** Bytes queued before the socket is paused. */
 const HIGH_WATER = 256 * 1024;
@@ -141,4 +142,44 @@ export class SocketIo {
   destroy(): void {
     this.socket.destroy();
   }
+}
+
+/**
+ * Copies both ways between a socket and a connection until both directions
+ * ended (each end is passed on as a half-close), then closes the
+ * connection. `buffered`: bytes already read from the connection.
+ */
+export async function relay(
+  io: SocketIo,
+  conn: Deno.Conn,
+  buffered: Uint8Array = new Uint8Array(0),
+): Promise<void> {
+  const toSocket = (async () => {
+    try {
+      if (buffered.byteLength) await io.write(buffered);
+      for (;;) {
+        const buf = new Uint8Array(64 * 1024);
+        const n = await conn.read(buf);
+        if (n === null) break;
+        await io.write(buf.subarray(0, n));
+      }
+    } catch {
+      // either side went away
+    }
+    io.end();
+  })();
+  const toConn = (async () => {
+    try {
+      for (;;) {
+        const chunk = await io.read();
+        if (chunk === null || chunk === "expired") break;
+        await writeAll(conn, chunk);
+      }
+      await conn.closeWrite();
+    } catch {
+      // either side went away
+    }
+  })();
+  await Promise.all([toSocket, toConn]);
+  closeQuietly(conn);
 }

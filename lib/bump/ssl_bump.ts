@@ -101,10 +101,6 @@ export async function createBumpSession(options: BumpSessionOptions): Promise<Bu
   }
 
   const leaves = new LeafCache<Leaf>({ capacity: options.leafCacheSize ?? 1024 });
-  const client = Deno.createHttpClient({
-    caCerts: options.upstreamCaCerts,
-    ...(options.upstreamProxy ? { proxy: { url: options.upstreamProxy } } : {}),
-  });
   const origins = new OriginClient({
     caCerts: options.upstreamCaCerts,
     upstream: options.upstreamProxy
@@ -115,7 +111,7 @@ export async function createBumpSession(options: BumpSessionOptions): Promise<Bu
     patterns: options.patterns,
     origins,
     leafFor: (host) => leaves.get(host, () => ca.issueLeaf(host)),
-    client,
+    socketDir: sslDir,
     log: options.log,
     debug: options.debug,
     headTimeoutMs: options.headTimeoutMs,
@@ -132,7 +128,6 @@ export async function createBumpSession(options: BumpSessionOptions): Promise<Bu
         await interceptor.close();
         leaves.clear();
         origins.close();
-        client.close();
       })();
       return closed;
     },

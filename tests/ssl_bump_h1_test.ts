@@ -1,0 +1,499 @@
+/**
+ * The adopted HTTP/1.1 route of `--ssl-bump`: a client that offers only
+ * http/1.1 gets TLS on its own connection and forgekit's HTTP/1.1 server
+ * (`lib/bump/h1_server.ts`). Raw TLS clients write exact bytes (pipelined
+ * requests, chunked bodies, ambiguous framing, Expect) and read exact
+ * answers; curl moves the large bodies.
+ */
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { type BumpFixture, curl, startBumpFixture } from "./support/bump.ts";
+
+const enc = new TextEncoder();
+const dec = new TextDecoder();
+const ALLOW = ["https://api.github.com/allowed/*"];
+/** How long a raw client waits for bytes before the test fails. */
+const READ_MS = 10_000;
+
+/** One response as read off the wire. */
+interface Res {
+  status: number;
+  headers: Headers;
+  body: Uint8Array;
+}
+
+/** A raw client: CONNECT through the fixture, then TLS offering only http/1.1. */
+class Raw {
+  #buf = new Uint8Array(0);
+  private constructor(readonly conn: Deno.TlsConn) {}
+
+  static async open(f: BumpFixture): Promise<Raw> {
+    const tcp = await Deno.connect({
+      hostname: "127.0.0.1",
+      port: Number(new URL(f.proxyUrl).port),
+    });
+    try {
+      await tcp.write(
+        enc.encode("CONNECT api.github.com:443 HTTP/1.1\r\nHost: api.github.com:443\r\n\r\n"),
+      );
+      let answer = "";
+      const b = new Uint8Array(1);
+      while (!answer.endsWith("\r\n\r\n")) {
+        if ((await tcp.read(b)) === null) throw new Error(`CONNECT answer cut short: ${answer}`);
+        answer += String.fromCharCode(b[0]);
+      }
+      assert.match(answer, /^HTTP\/1\.1 200 /);
+    } catch (e) {
+      tcp.close();
+      throw e;
+    }
+    const tls = await Deno.startTls(tcp, {
+      hostname: "api.github.com",
+      caCerts: [await Deno.readTextFile(f.caCertPath)],
+      alpnProtocols: ["http/1.1"],
+    });
+    try {
+      await tls.handshake();
+    } catch (e) {
+      tls.close();
+      throw e;
+    }
+    return new Raw(tls);
+  }
+
+  async write(data: string | Uint8Array): Promise<void> {
+    let bytes = typeof data === "string" ? enc.encode(data) : data;
+    while (bytes.byteLength) bytes = bytes.subarray(await this.conn.write(bytes));
+  }
+
+  /** Reads more bytes into the buffer; false at the end of the connection. */
+  async #fill(): Promise<boolean> {
+    const chunk = new Uint8Array(64 * 1024);
+    // A missing answer fails the test instead of hanging it.
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`nothing read within ${READ_MS} ms`)), READ_MS);
+    });
+    const reading = this.conn.read(chunk);
+    let n: number | null;
+    try {
+      n = await Promise.race([reading, late]);
+    } catch (e) {
+      reading.catch(() => {}); // settles when the connection is closed
+      throw e;
+    } finally {
+      clearTimeout(timer);
+    }
+    if (n === null) return false;
+    const next = new Uint8Array(this.#buf.byteLength + n);
+    next.set(this.#buf);
+    next.set(chunk.subarray(0, n), this.#buf.byteLength);
+    this.#buf = next;
+    return true;
+  }
+
+  /** Up to and without the next `sep`, which is consumed. */
+  async #until(sep: string): Promise<string> {
+    for (;;) {
+      const at = latin1(this.#buf).indexOf(sep);
+      if (at !== -1) {
+        const text = latin1(this.#buf.subarray(0, at));
+        this.#buf = this.#buf.subarray(at + sep.length);
+        return text;
+      }
+      if (!await this.#fill()) throw new Error(`connection ended before ${JSON.stringify(sep)}`);
+    }
+  }
+
+  async #take(n: number): Promise<Uint8Array> {
+    while (this.#buf.byteLength < n) {
+      if (!await this.#fill()) throw new Error(`connection ended inside a body of ${n} bytes`);
+    }
+    const out = this.#buf.slice(0, n);
+    this.#buf = this.#buf.subarray(n);
+    return out;
+  }
+
+  /** Reads one whole response (a 1xx too): head, then a sized, chunked or close-delimited body. */
+  async response(method = "GET"): Promise<Res> {
+    const [line, ...fields] = (await this.#until("\r\n\r\n")).split("\r\n");
+    const status = Number(/^HTTP\/1\.1 (\d{3}) /.exec(line)?.[1]);
+    assert.ok(status, `status line ${JSON.stringify(line)}`);
+    const headers = new Headers(
+      fields.map((l) => [l.slice(0, l.indexOf(":")), l.slice(l.indexOf(":") + 1).trim()]),
+    );
+    if (method === "HEAD" || status < 200 || status === 204 || status === 304) {
+      return { status, headers, body: new Uint8Array(0) };
+    }
+    if (headers.get("transfer-encoding") === "chunked") {
+      const parts: Uint8Array[] = [];
+      for (;;) {
+        const size = parseInt(await this.#until("\r\n"), 16);
+        if (size === 0) break;
+        parts.push(await this.#take(size));
+        assert.equal(await this.#until("\r\n"), "", "CRLF after a chunk");
+      }
+      assert.equal(await this.#until("\r\n"), "", "no trailers");
+      return { status, headers, body: concat(parts) };
+    }
+    const length = headers.get("content-length");
+    if (length !== null) return { status, headers, body: await this.#take(Number(length)) };
+    while (await this.#fill());
+    return { status, headers, body: await this.#take(this.#buf.byteLength) };
+  }
+
+  /** Whether the server closed the connection with nothing more sent. */
+  async closedByServer(): Promise<boolean> {
+    return this.#buf.byteLength === 0 && !await this.#fill();
+  }
+
+  close(): void {
+    try {
+      this.conn.close();
+    } catch {
+      // already closed
+    }
+  }
+}
+
+function latin1(b: Uint8Array): string {
+  return new TextDecoder("latin1").decode(b);
+}
+
+function concat(parts: Uint8Array[]): Uint8Array {
+  const out = new Uint8Array(parts.reduce((n, p) => n + p.byteLength, 0));
+  let at = 0;
+  for (const p of parts) {
+    out.set(p, at);
+    at += p.byteLength;
+  }
+  return out;
+}
+
+async function sha256(bytes: Uint8Array | ArrayBuffer): Promise<string> {
+  const digest = await crypto.subtle.digest("SHA-256", bytes as BufferSource);
+  return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+const get = (path: string, extra = "") =>
+  `GET ${path} HTTP/1.1\r\nHost: api.github.com\r\n${extra}\r\n`;
+
+Deno.test("pipelined requests on one connection are answered in order and judged one by one", async () => {
+  const f = await startBumpFixture(ALLOW);
+  const c = await Raw.open(f);
+  try {
+    await c.write(get("/allowed/1") + get("/secret"));
+    const ok = await c.response();
+    assert.equal(ok.status, 200);
+    assert.equal(dec.decode(ok.body), "origin /allowed/1\n");
+    const no = await c.response();
+    assert.equal(no.status, 403);
+    assert.equal(no.headers.get("x-proxy-error"), "blocked-by-url-policy");
+    assert.deepEqual(f.originPaths(), ["/allowed/1"]);
+    assert.ok(
+      f.debug.some((l) => l.includes("HTTP/1.1 (on the client connection)")),
+      f.debug.join("\n"),
+    );
+  } finally {
+    c.close();
+    await f.close();
+  }
+});
+
+/** Answers with the size and content of the request body the origin received. */
+const echoBody = (_req: Request, hit: { method: string; body: string }) =>
+  new Response(`${hit.method} ${hit.body.length}:${hit.body}`);
+
+Deno.test("request bodies framed by Content-Length and by chunks reach the origin intact", async () => {
+  const f = await startBumpFixture(ALLOW, echoBody);
+  const c = await Raw.open(f);
+  try {
+    await c.write(
+      "POST /allowed/cl HTTP/1.1\r\nHost: api.github.com\r\nContent-Length: 11\r\n\r\nhello world" +
+        "POST /allowed/te HTTP/1.1\r\nHost: api.github.com\r\nTransfer-Encoding: chunked\r\n\r\n" +
+        "5\r\nfirst\r\n8;ext=1\r\n, second\r\n0\r\n\r\n",
+    );
+    assert.equal(dec.decode((await c.response()).body), "POST 11:hello world");
+    assert.equal(dec.decode((await c.response()).body), "POST 13:first, second");
+    assert.deepEqual(f.origins.hits.map((h) => [h.path, h.body]), [
+      ["/allowed/cl", "hello world"],
+      ["/allowed/te", "first, second"],
+    ]);
+  } finally {
+    c.close();
+    await f.close();
+  }
+});
+
+Deno.test("a 3 MiB upload with curl reaches the origin byte for byte", async () => {
+  const f = await startBumpFixture(ALLOW, async (req) => {
+    const got = new Uint8Array(await req.arrayBuffer());
+    return new Response(`${got.byteLength} ${await sha256(got)}`);
+  });
+  const file = await Deno.makeTempFile({ prefix: "fw-upload-" });
+  try {
+    const data = new Uint8Array(3 * 1024 * 1024);
+    for (let at = 0; at < data.byteLength; at += 65536) {
+      crypto.getRandomValues(data.subarray(at, at + 65536));
+    }
+    await Deno.writeFile(file, data);
+    const r = await curl(f, [
+      "--http1.1",
+      "--data-binary",
+      `@${file}`,
+      "https://api.github.com/allowed/upload",
+    ]);
+    assert.equal(r.out, `${data.byteLength} ${await sha256(data)}`);
+  } finally {
+    await Deno.remove(file);
+    await f.close();
+  }
+});
+
+Deno.test("a streamed response without a length reaches curl whole, in chunks", async () => {
+  const piece = new Uint8Array(64 * 1024);
+  const pieces = Array.from({ length: 32 }, (_, i) => piece.map((_, j) => (i * 7 + j) & 0xff));
+  const f = await startBumpFixture(ALLOW, () =>
+    new Response(
+      new ReadableStream({
+        pull(c) {
+          const next = pieces.shift();
+          next ? c.enqueue(next) : c.close();
+        },
+      }),
+    ));
+  const out = join(f.sessionDir, "download");
+  const want = await sha256(concat(pieces));
+  try {
+    const r = await curl(f, [
+      "--http1.1",
+      "-o",
+      out,
+      "-w",
+      "%{http_code} %{size_download} %header{transfer-encoding}",
+      "https://api.github.com/allowed/stream",
+    ]);
+    assert.equal(r.out, `200 ${2 * 1024 * 1024} chunked`);
+    assert.equal(await sha256(await Deno.readFile(out)), want);
+  } finally {
+    await f.close();
+  }
+});
+
+Deno.test("a HEAD response has the origin's length and no body before the next response", async () => {
+  const f = await startBumpFixture(ALLOW);
+  const c = await Raw.open(f);
+  try {
+    await c.write(
+      "HEAD /allowed/h HTTP/1.1\r\nHost: api.github.com\r\n\r\n" + get("/allowed/g"),
+    );
+    const head = await c.response("HEAD");
+    assert.equal(head.status, 200);
+    assert.equal(head.headers.get("content-length"), String("origin /allowed/h\n".length));
+    const next = await c.response();
+    assert.equal(next.status, 200);
+    assert.equal(dec.decode(next.body), "origin /allowed/g\n");
+    assert.deepEqual(f.origins.hits.map((h) => `${h.method} ${h.path}`), [
+      "HEAD /allowed/h",
+      "GET /allowed/g",
+    ]);
+  } finally {
+    c.close();
+    await f.close();
+  }
+});
+
+Deno.test("ambiguous framing, a bare LF in a field and a missing Host get 400 and a close", async () => {
+  const f = await startBumpFixture(ALLOW);
+  const heads: [string, RegExp][] = [
+    [
+      "POST /allowed/x HTTP/1.1\r\nHost: api.github.com\r\nContent-Length: 5\r\n" +
+      "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+      /both Transfer-Encoding and Content-Length/,
+    ],
+    [
+      "GET /allowed/x HTTP/1.1\r\nHost: api.github.com\r\nX-A: a" + "\n" + "Host: evil\r\n\r\n",
+      /control character in the X-A field/,
+    ],
+    ["GET /allowed/x HTTP/1.1\r\nX-A: a\r\n\r\n", /no Host field/],
+  ];
+  try {
+    for (const [bytes, why] of heads) {
+      const c = await Raw.open(f);
+      try {
+        await c.write(bytes);
+        const r = await c.response();
+        assert.equal(r.status, 400, bytes);
+        assert.match(dec.decode(r.body), why);
+        assert.equal(r.headers.get("connection"), "close");
+        assert.ok(await c.closedByServer(), bytes);
+      } finally {
+        c.close();
+      }
+    }
+    assert.deepEqual(f.originPaths(), []);
+  } finally {
+    await f.close();
+  }
+});
+
+const postHead = (path: string, length: number) =>
+  `POST ${path} HTTP/1.1\r\nHost: api.github.com\r\nExpect: 100-continue\r\n` +
+  `Content-Length: ${length}\r\n\r\n`;
+
+Deno.test("Expect: 100-continue to an allowed path is answered before the body is sent", async () => {
+  const f = await startBumpFixture(ALLOW, echoBody);
+  const c = await Raw.open(f);
+  try {
+    await c.write(postHead("/allowed/up", 7));
+    assert.equal((await c.response()).status, 100);
+    await c.write("payload");
+    const r = await c.response();
+    assert.equal(r.status, 200);
+    assert.equal(dec.decode(r.body), "POST 7:payload");
+    assert.deepEqual(f.origins.hits.map((h) => h.body), ["payload"]);
+  } finally {
+    c.close();
+    await f.close();
+  }
+});
+
+Deno.test("Expect: 100-continue to a disallowed path gets 403, no 100, and a close", async () => {
+  const f = await startBumpFixture(ALLOW);
+  const c = await Raw.open(f);
+  try {
+    await c.write(postHead("/secret", 7));
+    const r = await c.response();
+    assert.equal(r.status, 403);
+    assert.equal(r.headers.get("x-proxy-error"), "blocked-by-url-policy");
+    assert.equal(r.headers.get("connection"), "close");
+    assert.ok(await c.closedByServer());
+    assert.deepEqual(f.originPaths(), []);
+  } finally {
+    c.close();
+    await f.close();
+  }
+});
+
+Deno.test("a partial head gets 408 after the head timeout; an idle connection is closed", async () => {
+  const f = await startBumpFixture(ALLOW, undefined, { headTimeoutMs: 300 });
+  const conns: Raw[] = [];
+  try {
+    let started = performance.now();
+    const partial = await Raw.open(f);
+    conns.push(partial);
+    await partial.write("GET /allowed/x HTTP/1.1\r\nHost: api.git");
+    const r = await partial.response();
+    assert.equal(r.status, 408);
+    assert.match(dec.decode(r.body), /incomplete request head/);
+    assert.ok(performance.now() - started >= 290, `408 after ${performance.now() - started} ms`);
+    assert.ok(await partial.closedByServer());
+
+    started = performance.now();
+    const idle = await Raw.open(f);
+    conns.push(idle);
+    assert.ok(await idle.closedByServer()); // with no answer at all
+    assert.ok(performance.now() - started >= 290, `closed after ${performance.now() - started} ms`);
+    assert.deepEqual(f.originPaths(), []);
+  } finally {
+    for (const c of conns) c.close();
+    await f.close();
+  }
+});
+
+Deno.test("an absolute-form target must name the authority the Host names", async () => {
+  const f = await startBumpFixture(ALLOW);
+  const ok = await Raw.open(f);
+  const bad = await Raw.open(f);
+  try {
+    await ok.write(get("https://api.github.com/allowed/abs"));
+    const r = await ok.response();
+    assert.equal(r.status, 200);
+    assert.equal(dec.decode(r.body), "origin /allowed/abs\n");
+    await bad.write(get("https://other.github.com/allowed/abs"));
+    const no = await bad.response();
+    assert.equal(no.status, 400);
+    assert.match(dec.decode(no.body), /the Host field differs from the target/);
+    assert.ok(await bad.closedByServer());
+    assert.deepEqual(f.originPaths(), ["/allowed/abs"]);
+  } finally {
+    ok.close();
+    bad.close();
+    await f.close();
+  }
+});
+
+Deno.test("Connection: close from the client is answered with connection: close, then a close", async () => {
+  const f = await startBumpFixture(ALLOW);
+  const c = await Raw.open(f);
+  try {
+    await c.write(get("/allowed/last", "Connection: close\r\n"));
+    const r = await c.response();
+    assert.equal(r.status, 200);
+    assert.equal(r.headers.get("connection"), "close");
+    assert.equal(dec.decode(r.body), "origin /allowed/last\n");
+    assert.ok(await c.closedByServer());
+  } finally {
+    c.close();
+    await f.close();
+  }
+});
+
+Deno.test("a request body cut short fails that request only; the proxy serves the next client", async () => {
+  const f = await startBumpFixture(ALLOW, (req) => req.text().then((t) => new Response(t)));
+  const c = await Raw.open(f);
+  try {
+    await c.write(
+      "POST /allowed/x HTTP/1.1\r\nHost: api.github.com\r\nContent-Length: 100\r\n\r\n0123456789",
+    );
+    c.close(); // 90 bytes short
+    const next = await Raw.open(f);
+    try {
+      await next.write(get("/allowed/y"));
+      assert.equal((await next.response()).status, 200);
+    } finally {
+      next.close();
+    }
+  } finally {
+    await f.close();
+  }
+});
+
+Deno.test("a large sized response ends at its length and the connection carries the next request", async () => {
+  const big = crypto.getRandomValues(new Uint8Array(65536)).slice(0, 50_000);
+  const body = new Uint8Array(1 << 20).map((_, i) => big[i % big.length]);
+  const f = await startBumpFixture(
+    ALLOW,
+    (req) =>
+      new URL(req.url).pathname === "/allowed/big"
+        ? new Response(body)
+        : new Response(`origin ${new URL(req.url).pathname}\n`),
+  );
+  const c = await Raw.open(f);
+  try {
+    await c.write(get("/allowed/big") + get("/allowed/small"));
+    const first = await c.response();
+    assert.equal(first.headers.get("content-length"), String(body.byteLength));
+    assert.equal(await sha256(first.body), await sha256(body));
+    const second = await c.response();
+    assert.equal(dec.decode(second.body), "origin /allowed/small\n");
+  } finally {
+    c.close();
+    await f.close();
+  }
+});
+
+Deno.test("a Host that is not a host name or address gets 400", async () => {
+  const f = await startBumpFixture(ALLOW);
+  const c = await Raw.open(f);
+  try {
+    await c.write("GET /x HTTP/1.1\r\nHost: api.github.com/allowed\r\n\r\n");
+    const r = await c.response();
+    assert.equal(r.status, 400);
+    assert.match(dec.decode(r.body), /invalid Host/);
+    assert.deepEqual(f.originPaths(), []);
+  } finally {
+    c.close();
+    await f.close();
+  }
+});
