@@ -12,6 +12,7 @@
  * @module
  */
 import { join } from "node:path";
+import process from "node:process";
 import { fileURLToPath } from "node:url";
 import { createBumpSession } from "../lib/bump/ssl_bump.ts";
 import { AccessLog } from "../lib/bump/access_log.ts";
@@ -21,7 +22,7 @@ import { makeTestCa } from "../tests/support/tls.ts";
 
 const dec = new TextDecoder();
 const HOSTS = Array.from({ length: 12 }, (_, i) => `h${i}.github.com`);
-const N = 200;
+const N = 500;
 /** Measurement rounds; each figure is the median of its rounds. */
 const ROUNDS = 5;
 
@@ -121,7 +122,22 @@ interface Target {
   name: string;
   /** curl arguments reaching the origin through this path. */
   args: string[];
+  /** CPU time the proxy has used so far, µs (none for direct). */
+  cpu?: () => number;
   close(): Promise<void>;
+}
+
+/** CPU time (user + system) of a process, µs, from /proc (clock ticks of 10 ms). */
+function procCpu(pid: number): number {
+  const stat = Deno.readTextFileSync(`/proc/${pid}/stat`);
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  return (Number(fields[11]) + Number(fields[12])) * 10_000;
+}
+
+/** This process's CPU time, µs: forgekit runs in it (curl and the origin do not). */
+function ownCpu(): number {
+  const u = process.cpuUsage();
+  return u.user + u.system;
 }
 
 async function curl(args: string[]): Promise<string> {
@@ -232,6 +248,7 @@ async function forgekitTarget(routerUrl: string | undefined, testCa: string): Pr
   });
   return {
     name: "forgekit --ssl-bump",
+    cpu: ownCpu,
     args: [
       "--proxy",
       `http://127.0.0.1:${(listener.addr as Deno.NetAddr).port}`,
@@ -313,6 +330,7 @@ shutdown_lifetime 0 seconds
   await waitForPort(port);
   return {
     name: "squid-openssl ssl_bump",
+    cpu: () => procCpu(child.pid),
     args: ["--proxy", `http://127.0.0.1:${port}`, "--cacert", join(dir, "ca.pem")],
     async close() {
       child.kill("SIGTERM");
@@ -344,6 +362,7 @@ async function mitmTarget(routerUrl: string | undefined, testCaPath: string): Pr
   await waitForPort(port, 30000);
   return {
     name: "mitmproxy (mitmdump)",
+    cpu: () => procCpu(child.pid),
     args: ["--proxy", `http://127.0.0.1:${port}`, "--cacert", join(dir, "mitmproxy-ca-cert.pem")],
     async close() {
       child.kill("SIGTERM");
@@ -439,6 +458,9 @@ async function measure(directHosts: boolean): Promise<string[]> {
     h2: [] as number[],
     mbs: [] as number[],
     again: [] as number[],
+    cpuH1: [] as number[],
+    cpuH2: [] as number[],
+    cpuMB: [] as number[],
   }));
   const firsts: number[] = [];
   try {
@@ -451,9 +473,16 @@ async function measure(directHosts: boolean): Promise<string[]> {
       for (let k = 0; k < targets.length; k++) {
         const i = (round + k) % targets.length;
         const t = targets[i];
+        const cpu = t.cpu ?? (() => 0);
+        let c0 = cpu();
         samples[i].h1.push(await reqPerSec(t, "--http1.1"));
+        samples[i].cpuH1.push((cpu() - c0) / N);
+        c0 = cpu();
         samples[i].h2.push(await reqPerSec(t, "--http2"));
+        samples[i].cpuH2.push((cpu() - c0) / N);
+        c0 = cpu();
         samples[i].mbs.push(await mbPerSec(t));
+        samples[i].cpuMB.push((cpu() - c0) / 16.777216);
         samples[i].again.push(await newConnMs(t, HOSTS.slice(1, 6)));
       }
     }
@@ -470,6 +499,11 @@ async function measure(directHosts: boolean): Promise<string[]> {
     mbs: median(samples[i].mbs),
     first: firsts[i],
     again: median(samples[i].again),
+    cpu: t.cpu
+      ? `CPU ${median(samples[i].cpuH1).toFixed(0)} µs/req h1, ${
+        median(samples[i].cpuH2).toFixed(0)
+      } µs/req h2, ${median(samples[i].cpuMB).toFixed(0)} µs/MB`
+      : "",
   }));
   const d = rows[0];
   const f = (n: number) => n.toFixed(n >= 100 ? 0 : 1);
@@ -486,7 +520,7 @@ async function measure(directHosts: boolean): Promise<string[]> {
         (r.mbs / d.mbs).toFixed(2)
       }x) | new conn +${f(r.first - d.first)} ms first/+${f(r.again - d.again)} ms cached leaf (${
         f(r.first)
-      }/${f(r.again)} ms)`,
+      }/${f(r.again)} ms)${r.cpu ? ` | ${r.cpu}` : ""}`,
     );
   }
   for (const s of skipped) lines.push(`  skipped: ${s}`);

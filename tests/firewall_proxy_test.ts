@@ -7,6 +7,7 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { AccessLog } from "../lib/bump/access_log.ts";
+import { NodeListener } from "../lib/bump/node_conn.ts";
 import { MAX_HEAD } from "../lib/bump/http_head.ts";
 import { serveProxy } from "../lib/bump/proxy.ts";
 import { dialTunnel, proxyEnv } from "../lib/bump/upstream.ts";
@@ -22,7 +23,7 @@ async function withProxy(
   const o = await startOrigins(["allowed.example"], (_req, hit) => new Response(`hi ${hit.path}`));
   const dir = await Deno.makeTempDir({ prefix: "forgekit-proxytest-" });
   const log = new AccessLog(join(dir, "access.log"));
-  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const listener = await NodeListener.listen({ hostname: "127.0.0.1", port: 0 });
   const serving = serveProxy(listener, {
     policy: { allow: ["allowed.example"], block: [] },
     log,
@@ -31,7 +32,10 @@ async function withProxy(
     headTimeoutMs,
   });
   const send = async (raw: string) => {
-    const conn = await Deno.connect({ hostname: "127.0.0.1", port: listener.addr.port });
+    const conn = await Deno.connect({
+      hostname: "127.0.0.1",
+      port: (listener.addr as Deno.NetAddr).port,
+    });
     try {
       await conn.write(enc.encode(raw)).catch(() => {});
       const chunks: Uint8Array[] = [];

@@ -22,6 +22,9 @@ export interface AccessLogEntry {
   reason?: string;
 }
 
+/** How long an access-log line may wait to be written. */
+export const FLUSH_MS = 50;
+
 /** Appends entries to a file and tallies the blocked ones for the end-of-run summary. */
 export class AccessLog {
   readonly path: string;
@@ -40,16 +43,16 @@ export class AccessLog {
   }
 
   /**
-   * Writes one entry. Lines are appended at the end of the current task
-   * (a timer of 0 ms), after the response that the entry describes went
-   * out, so that the log write is not on a request's path; `flush()` and
-   * `close()` write what is pending at once.
+   * Writes one entry. Lines are appended in batches, at most
+   * {@linkcode FLUSH_MS} later, so that a file write is neither on a
+   * request's path nor made once per request; `flush()` and `close()`
+   * write what is pending at once.
    */
   write(entry: AccessLogEntry): void {
     this.blocked.add(entry);
     if (!this.#closed) {
       this.#pending += JSON.stringify(entry) + "\n";
-      this.#flushTimer ??= setTimeout(() => this.flush(), 0);
+      this.#flushTimer ??= setTimeout(() => this.flush(), FLUSH_MS);
     }
     this.#debug?.(
       `forgekit firewall: ${entry.decision} ${entry.method} ${

@@ -141,14 +141,11 @@ function concat(a: Uint8Array, b: Uint8Array): Uint8Array {
 }
 
 /** Reads up to the blank line; the bytes after it are put back. */
-async function readHead(
-  io: SocketIo,
-  deadline: number,
-): Promise<string | "idle" | "partial" | "too-large"> {
+async function readHead(io: SocketIo): Promise<string | "idle" | "partial" | "too-large"> {
   let acc: Uint8Array = new Uint8Array(0);
   let scanned = 0;
   for (;;) {
-    const chunk = await io.read(Infinity, deadline);
+    const chunk = await io.read();
     if (chunk === "expired") return acc.byteLength ? "partial" : "idle";
     if (chunk === null) return "idle";
     acc = concat(acc, chunk);
@@ -257,9 +254,18 @@ export async function serveH1(
   options: { headTimeoutMs?: number } = {},
 ): Promise<void> {
   const timeout = options.headTimeoutMs ?? HEAD_TIMEOUT_MS;
+  // One timer per connection, not one per request: it ends a head read
+  // that has taken longer than the limit.
+  let waitingSince: number | null = null;
+  const watch = setInterval(() => {
+    if (waitingSince !== null && performance.now() - waitingSince >= timeout) io.expire();
+  }, Math.min(1000, timeout / 4));
   try {
     for (;;) {
-      const head = await readHead(io, performance.now() + timeout);
+      io.unexpire();
+      waitingSince = performance.now();
+      const head = await readHead(io);
+      waitingSince = null;
       if (head === "idle") return;
       if (head === "partial") {
         return await refuse(
@@ -284,6 +290,7 @@ export async function serveH1(
   } catch {
     // the connection failed
   } finally {
+    clearInterval(watch);
     io.end();
   }
 }

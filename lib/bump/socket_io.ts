@@ -19,6 +19,7 @@ export class SocketIo {
   #ended = false;
   #failure: Error | null = null;
   #wake: (() => void) | null = null;
+  #expired = false;
 
   #listeners: [string, (arg: never) => void][];
 
@@ -76,23 +77,18 @@ export class SocketIo {
 
   /**
    * The next bytes received (at most `max`), null at the end of input, or
-   * "expired" when nothing arrived before `deadline` (a performance.now()
-   * time). A failed socket's error is thrown.
+   * "expired" when {@linkcode SocketIo.expire} was called while waiting. A
+   * failed socket's error is thrown.
    */
-  async read(max = Infinity, deadline?: number): Promise<Uint8Array | null | "expired"> {
+  async read(max = Infinity): Promise<Uint8Array | null | "expired"> {
     while (this.#queue.length === 0) {
       if (this.#failure) throw this.#failure;
       if (this.#ended) return null;
-      const { promise, resolve } = Promise.withResolvers<void>();
-      this.#wake = resolve;
-      if (deadline === undefined) {
-        await promise;
-        continue;
+      if (this.#expired) {
+        this.#expired = false;
+        return "expired";
       }
-      const timer = setTimeout(resolve, Math.max(0, deadline - performance.now()));
-      await promise;
-      clearTimeout(timer);
-      if (this.#queue.length === 0 && performance.now() >= deadline) return "expired";
+      await new Promise<void>((resolve) => this.#wake = resolve);
     }
     let chunk = this.#queue.shift()!;
     if (chunk.byteLength > max) {
@@ -105,6 +101,20 @@ export class SocketIo {
       this.socket.resume();
     }
     return chunk;
+  }
+
+  /**
+   * Ends a wait: the read waiting now, or else the next one that has to
+   * wait, returns "expired" (a time limit, kept by the caller).
+   */
+  expire(): void {
+    this.#expired = true;
+    this.#notify();
+  }
+
+  /** Forgets an expiry that no read has seen. */
+  unexpire(): void {
+    this.#expired = false;
   }
 
   /** Puts bytes back in front of the input. */

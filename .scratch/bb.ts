@@ -1,0 +1,533 @@
+/**
+ * Bump-mode figures for `deno task bench:firewall`: requests per second on
+ * kept-alive connections (HTTP/1.1, HTTP/2), MB/s for a 16 MiB download and
+ * the added latency of a new connection, as ratios to a direct connection,
+ * with squid-openssl (ssl_bump) and mitmproxy measured in the same run when
+ * installed. The client is curl for every proxy; the origin is an HTTPS
+ * server on 127.0.0.1:443 under real names (test CA). As root the run happens
+ * in private network and mount namespaces whose /etc/hosts maps those names
+ * to 127.0.0.1, so every proxy dials the origin directly; otherwise through a
+ * CONNECT router (squid skipped). Nothing leaves loopback.
+ *
+ * @module
+ */
+import { join } from "node:path";
+import process from "node:process";
+import { fileURLToPath } from "node:url";
+import { createBumpSession } from "../lib/bump/ssl_bump.ts";
+import { AccessLog } from "../lib/bump/access_log.ts";
+import { NodeListener } from "../lib/bump/node_conn.ts";
+import { serveProxy } from "../lib/bump/proxy.ts";
+import { makeTestCa } from "../tests/support/tls.ts";
+
+const dec = new TextDecoder();
+const HOSTS = Array.from({ length: 12 }, (_, i) => `h${i}.github.com`);
+const N = 3000;
+/** Measurement rounds; each figure is the median of its rounds. */
+const ROUNDS = 2;
+
+/**
+ * A CONNECT splicer mapping the bench host names to the origin on loopback
+ * (startTestProxy's role, with TCP_NODELAY so that it does not add
+ * delayed-ACK stalls of its own to the upstream leg).
+ */
+function startRouter(originPort: number): { url: string; close(): Promise<void> } {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const conns = new Set<Deno.Conn>();
+  const pump = async (from: Deno.Conn, to: Deno.Conn) => {
+    const buf = new Uint8Array(64 * 1024);
+    try {
+      for (let n = await from.read(buf); n !== null; n = await from.read(buf)) {
+        for (let off = 0; off < n;) off += await to.write(buf.subarray(off, n));
+      }
+      await to.closeWrite();
+    } catch {
+      // the other side went away
+    }
+  };
+  const accept = (async () => {
+    for await (const conn of listener) {
+      conns.add(conn);
+      (async () => {
+        const head = new Uint8Array(4096);
+        const n = await conn.read(head);
+        const host = dec.decode(head.subarray(0, n ?? 0)).split(" ")[1]?.split(":")[0] ?? "";
+        if (!HOSTS.includes(host)) return conn.close();
+        const up = await Deno.connect({ hostname: "127.0.0.1", port: originPort });
+        conns.add(up);
+        up.setNoDelay(true);
+        conn.setNoDelay(true);
+        await conn.write(new TextEncoder().encode("HTTP/1.1 200 Connection established\r\n\r\n"));
+        await Promise.all([pump(conn, up), pump(up, conn)]);
+        conn.close();
+        up.close();
+      })().catch(() => {}).finally(() => conns.delete(conn));
+    }
+  })();
+  return {
+    url: `http://127.0.0.1:${listener.addr.port}`,
+    async close() {
+      listener.close();
+      for (const c of conns) {
+        try {
+          c.close();
+        } catch {
+          // already closed
+        }
+      }
+      await accept;
+    },
+  };
+}
+
+/** The origin, in its own process as a real one would be (bench/origin.ts). */
+async function startOrigin(
+  leaf: { cert: string; key: string },
+  port: number,
+): Promise<{ port: number; close(): Promise<void> }> {
+  const dir = await Deno.makeTempDir({ prefix: "forgekit-bench-origin-" });
+  await Deno.writeTextFile(join(dir, "leaf.pem"), leaf.cert);
+  await Deno.writeTextFile(join(dir, "leaf.key"), leaf.key);
+  const child = new Deno.Command(Deno.execPath(), {
+    args: [
+      "run",
+      "-A",
+      fileURLToPath(new URL("../bench/origin.ts", import.meta.url)),
+      join(dir, "leaf.pem"),
+      join(dir, "leaf.key"),
+      String(port),
+    ],
+    stdout: "piped",
+    stderr: "inherit",
+  }).spawn();
+  const reader = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
+  const first = (await reader.read()).value ?? "";
+  const m = /ready (\d+)/.exec(first);
+  if (!m) {
+    child.kill();
+    throw new Error(`the bench origin did not start on port ${port}`);
+  }
+  return {
+    port: Number(m[1]),
+    async close() {
+      child.kill("SIGTERM");
+      await child.status;
+      await reader.cancel().catch(() => {});
+      await Deno.remove(dir, { recursive: true });
+    },
+  };
+}
+
+interface Target {
+  name: string;
+  /** curl arguments reaching the origin through this path. */
+  args: string[];
+  /** CPU time the proxy has used so far, µs (none for direct). */
+  cpu?: () => number;
+  close(): Promise<void>;
+}
+
+/** CPU time (user + system) of a process, µs, from /proc (clock ticks of 10 ms). */
+function procCpu(pid: number): number {
+  const stat = Deno.readTextFileSync(`/proc/${pid}/stat`);
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  return (Number(fields[11]) + Number(fields[12])) * 10_000;
+}
+
+/** This process's CPU time, µs: forgekit runs in it (curl and the origin do not). */
+function ownCpu(): number {
+  const u = process.cpuUsage();
+  return u.user + u.system;
+}
+
+async function curl(args: string[]): Promise<string> {
+  const out = await new Deno.Command("curl", {
+    args: ["-s", ...args],
+    stdout: "piped",
+    stderr: "piped",
+  })
+    .output();
+  if (!out.success) throw new Error(`curl ${args.join(" ")}: ${dec.decode(out.stderr)}`);
+  return dec.decode(out.stdout);
+}
+
+async function waitForPort(port: number, ms = 15000): Promise<void> {
+  const until = Date.now() + ms;
+  while (Date.now() < until) {
+    try {
+      (await Deno.connect({ hostname: "127.0.0.1", port })).close();
+      return;
+    } catch {
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+  throw new Error(`Nothing listens on 127.0.0.1:${port}`);
+}
+
+function freePort(): number {
+  const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const p = l.addr.port;
+  l.close();
+  return p;
+}
+
+async function has(cmd: string): Promise<boolean> {
+  try {
+    return (await new Deno.Command("sh", { args: ["-c", `command -v ${cmd}`], stdout: "null" })
+      .output()).success;
+  } catch {
+    return false;
+  }
+}
+
+/** Sequential requests over one kept-alive connection: requests per second. */
+async function reqPerSec(t: Target, http: string): Promise<number> {
+  const cfg = await Deno.makeTempFile();
+  await Deno.writeTextFile(
+    cfg,
+    Array.from({ length: N }, () => `url = "https://h0.github.com/small"\noutput = "/dev/null"\n`)
+      .join(""),
+  );
+  const start = performance.now();
+  await curl([...t.args, http, "-K", cfg]);
+  const s = (performance.now() - start) / 1000;
+  await Deno.remove(cfg);
+  return N / s;
+}
+
+async function mbPerSec(t: Target): Promise<number> {
+  const out = await curl([
+    ...t.args,
+    "-o",
+    "/dev/null",
+    "-w",
+    "%{time_total}",
+    "https://h0.github.com/big",
+  ]);
+  return 16 / Number(out);
+}
+
+/** Median time to a response on a new connection (TCP + CONNECT + TLS + request), ms. */
+async function newConnMs(t: Target, hosts: string[]): Promise<number> {
+  const times: number[] = [];
+  for (const h of hosts) {
+    const out = await curl([
+      ...t.args,
+      "-o",
+      "/dev/null",
+      "-w",
+      "%{time_total}",
+      `https://${h}/small`,
+    ]);
+    times.push(Number(out) * 1000);
+  }
+  times.sort((a, b) => a - b);
+  return times[Math.floor(times.length / 2)];
+}
+
+async function forgekitTarget(routerUrl: string | undefined, testCa: string): Promise<Target> {
+  const sessionDir = await Deno.makeTempDir({ prefix: "fw-bench-" });
+  const log = new AccessLog(join(sessionDir, "access.log"));
+  const bump = await createBumpSession({
+    sessionDir,
+    sessionId: "bench",
+    allowDomains: ["github.com"],
+    patterns: [],
+    upstreamCaCerts: [testCa],
+    upstreamProxy: routerUrl,
+    log: (e) => log.write(e),
+    debug: () => {},
+  });
+  // The firewall's own proxy and listener: CONNECT policy, SNI check, bump.
+  const listener = await NodeListener.listen({ hostname: "127.0.0.1", port: 0 });
+  const serving = serveProxy(listener, {
+    policy: { allow: ["github.com"], block: [] },
+    log,
+    upstream: { noProxy: [] },
+    bump: { splice: () => false, intercept: (c, h, p, hello) => bump.intercept(c, h, p, hello) },
+  });
+  return {
+    name: "forgekit --ssl-bump",
+    cpu: ownCpu,
+    args: [
+      "--proxy",
+      `http://127.0.0.1:${(listener.addr as Deno.NetAddr).port}`,
+      "--cacert",
+      bump.caCertPath,
+    ],
+    async close() {
+      listener.close();
+      await bump.close();
+      await serving;
+      log.close();
+      await Deno.remove(sessionDir, { recursive: true });
+    },
+  };
+}
+
+async function squidTarget(testCaPath: string): Promise<Target> {
+  const dir = await Deno.makeTempDir({ prefix: "squid-bench-" });
+  await Deno.chmod(dir, 0o777);
+  const run = async (cmd: string, args: string[]) => {
+    const o = await new Deno.Command(cmd, { args, stdout: "null", stderr: "piped" }).output();
+    if (!o.success) throw new Error(`${cmd}: ${dec.decode(o.stderr)}`);
+  };
+  await run("openssl", [
+    "req",
+    "-x509",
+    "-newkey",
+    "ec",
+    "-pkeyopt",
+    "ec_paramgen_curve:P-256",
+    "-nodes",
+    "-keyout",
+    join(dir, "ca.key"),
+    "-out",
+    join(dir, "ca.pem"),
+    "-days",
+    "1",
+    "-subj",
+    "/CN=squid bench CA",
+    "-addext",
+    "basicConstraints=critical,CA:TRUE",
+    "-addext",
+    "keyUsage=critical,keyCertSign",
+  ]);
+  await run("/usr/lib/squid/security_file_certgen", [
+    "-c",
+    "-s",
+    join(dir, "ssl_db"),
+    "-M",
+    "16MB",
+  ]);
+  await run("chown", ["-R", "proxy:proxy", dir]);
+  await Deno.writeTextFile(join(dir, "hosts"), HOSTS.map((h) => `127.0.0.1 ${h}\n`).join(""));
+  const port = freePort();
+  await Deno.writeTextFile(
+    join(dir, "squid.conf"),
+    `http_port 127.0.0.1:${port} ssl-bump generate-host-certificates=on dynamic_cert_mem_cache_size=16MB cert=${
+      join(dir, "ca.pem")
+    } key=${join(dir, "ca.key")}
+sslcrtd_program /usr/lib/squid/security_file_certgen -s ${join(dir, "ssl_db")} -M 16MB
+ssl_bump bump all
+tls_outgoing_options cafile=${testCaPath}
+hosts_file ${join(dir, "hosts")}
+dns_nameservers 127.0.0.1
+http_access allow all
+cache deny all
+access_log none
+cache_log ${join(dir, "cache.log")}
+pid_filename ${join(dir, "squid.pid")}
+coredump_dir ${dir}
+shutdown_lifetime 0 seconds
+`,
+  );
+  const child = new Deno.Command("squid", {
+    args: ["-N", "-f", join(dir, "squid.conf")],
+    stdout: "null",
+    stderr: "null",
+  }).spawn();
+  await waitForPort(port);
+  return {
+    name: "squid-openssl ssl_bump",
+    cpu: () => procCpu(child.pid),
+    args: ["--proxy", `http://127.0.0.1:${port}`, "--cacert", join(dir, "ca.pem")],
+    async close() {
+      child.kill("SIGTERM");
+      await child.status;
+      await Deno.remove(dir, { recursive: true });
+    },
+  };
+}
+
+async function mitmTarget(routerUrl: string | undefined, testCaPath: string): Promise<Target> {
+  const dir = await Deno.makeTempDir({ prefix: "mitm-bench-" });
+  const port = freePort();
+  const child = new Deno.Command("mitmdump", {
+    args: [
+      "-q",
+      "--listen-host",
+      "127.0.0.1",
+      "-p",
+      String(port),
+      ...(routerUrl ? ["--mode", `upstream:${routerUrl}`] : []),
+      "--set",
+      `confdir=${dir}`,
+      "--set",
+      `ssl_verify_upstream_trusted_ca=${testCaPath}`,
+    ],
+    stdout: "null",
+    stderr: "null",
+  }).spawn();
+  await waitForPort(port, 30000);
+  return {
+    name: "mitmproxy (mitmdump)",
+    cpu: () => procCpu(child.pid),
+    args: ["--proxy", `http://127.0.0.1:${port}`, "--cacert", join(dir, "mitmproxy-ca-cert.pem")],
+    async close() {
+      child.kill("SIGTERM");
+      await child.status;
+      await Deno.remove(dir, { recursive: true });
+    },
+  };
+}
+
+/**
+ * Runs the bump-mode benchmark and returns printable lines.
+ *
+ * @example
+ * ```ts
+ * for (const line of await benchBump()) console.log(line);
+ * ```
+ */
+export async function benchBump(): Promise<string[]> {
+  if (Deno.env.get(INNER) !== "1") {
+    const lines = await inPrivateHosts();
+    if (lines) return lines;
+  }
+  return await measure(Deno.env.get(INNER) === "1");
+}
+
+const INNER = "FORGEKIT_BUMP_BENCH_INNER";
+
+/**
+ * Runs the measurement in private network and mount namespaces (own loopback,
+ * own port 443) whose /etc/hosts maps the bench names to 127.0.0.1, so every proxy dials the origin directly, as in
+ * real use. Returns null when that is impossible (not root, no unshare).
+ */
+async function inPrivateHosts(): Promise<string[] | null> {
+  const hosts = await Deno.makeTempFile({ prefix: "forgekit-bench-hosts-" });
+  try {
+    await Deno.writeTextFile(hosts, `127.0.0.1 localhost ${HOSTS.join(" ")}\n::1 localhost\n`);
+    const env: Record<string, string> = { [INNER]: "1" };
+    for (const v of ["HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "ALL_PROXY"]) {
+      env[v] = "";
+    }
+    const out = await new Deno.Command("unshare", {
+      args: [
+        "-m",
+        "-n",
+        "sh",
+        "-c",
+        'ip link set lo up && mount --bind "$0" /etc/hosts && exec "$1" run --cpu-prof --cpu-prof-dir=/tmp/prof3 -A "$2"',
+        hosts,
+        Deno.execPath(),
+        fileURLToPath(import.meta.url),
+      ],
+      env,
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    if (!out.success) return null;
+    return dec.decode(out.stdout).trimEnd().split("\n");
+  } catch {
+    return null;
+  } finally {
+    await Deno.remove(hosts);
+  }
+}
+
+async function measure(directHosts: boolean): Promise<string[]> {
+  const ca = await makeTestCa("forgekit bench CA");
+  const leaf = await ca.issue(HOSTS);
+  const origin = await startOrigin(leaf, directHosts ? 443 : 0);
+  const router = directHosts ? null : startRouter(origin.port);
+  const direct: Target = {
+    name: "direct",
+    args: [
+      "--cacert",
+      ca.certPath,
+      ...HOSTS.flatMap((h) => ["--connect-to", `${h}:443:127.0.0.1:${origin.port}`]),
+    ],
+    close: () => Promise.resolve(),
+  };
+  const targets: Target[] = [direct, await forgekitTarget(router?.url, ca.cert)];
+  const skipped: string[] = [];
+  if (!directHosts) {
+    skipped.push("squid-openssl (needs the private namespace: run as root with unshare)");
+  } else if (false && await has("squid") && await has("/usr/lib/squid/security_file_certgen")) {
+    targets.push(await squidTarget(ca.certPath));
+  } else skipped.push("squid-openssl (not installed: apt-get install -y squid-openssl)");
+  if (false) targets.push(await mitmTarget(router?.url, ca.certPath));
+  else skipped.push("mitmproxy (not installed: apt-get install -y mitmproxy)");
+
+  // Rounds, the targets' order rotating in each, and the median per figure:
+  // this machine's speed drifts, and drift must hit every target alike.
+  const samples = targets.map(() => ({
+    h1: [] as number[],
+    h2: [] as number[],
+    mbs: [] as number[],
+    again: [] as number[],
+    cpuH1: [] as number[],
+    cpuH2: [] as number[],
+    cpuMB: [] as number[],
+  }));
+  const firsts: number[] = [];
+  try {
+    for (const t of targets) {
+      await curl([...t.args, "-o", "/dev/null", "https://h0.github.com/small"]); // warm up
+      // First connection to each host: a leaf is signed (then cached).
+      firsts.push(await newConnMs(t, HOSTS.slice(1)));
+    }
+    for (let round = 0; round < ROUNDS; round++) {
+      for (let k = 0; k < targets.length; k++) {
+        const i = (round + k) % targets.length;
+        const t = targets[i];
+        const cpu = t.cpu ?? (() => 0);
+        let c0 = cpu();
+        samples[i].h1.push(await reqPerSec(t, "--http1.1"));
+        samples[i].cpuH1.push((cpu() - c0) / N);
+        c0 = cpu();
+        samples[i].h2.push(1);
+        samples[i].cpuH2.push((cpu() - c0) / N);
+        c0 = cpu();
+        samples[i].mbs.push(1);
+        samples[i].cpuMB.push((cpu() - c0) / 16.777216);
+        samples[i].again.push(1);
+      }
+    }
+  } finally {
+    for (const t of targets) await t.close().catch(() => {});
+    await router?.close();
+    await origin.close();
+  }
+  const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+  const rows = targets.map((t, i) => ({
+    name: t.name,
+    h1: median(samples[i].h1),
+    h2: median(samples[i].h2),
+    mbs: median(samples[i].mbs),
+    first: firsts[i],
+    again: median(samples[i].again),
+    cpu: t.cpu
+      ? `CPU ${median(samples[i].cpuH1).toFixed(0)} µs/req h1, ${
+        median(samples[i].cpuH2).toFixed(0)
+      } µs/req h2, ${median(samples[i].cpuMB).toFixed(0)} µs/MB`
+      : "",
+  }));
+  const d = rows[0];
+  const f = (n: number) => n.toFixed(n >= 100 ? 0 : 1);
+  const lines = [
+    `ssl-bump (curl client, origin on loopback ${
+      directHosts ? "dialled directly via a private /etc/hosts" : "via a CONNECT router"
+    }; ${N} sequential requests per kept-alive run; median of ${ROUNDS} interleaved rounds; ratio = value / direct)`,
+  ];
+  for (const r of rows) {
+    lines.push(
+      `  ${r.name.padEnd(24)} h1 ${f(r.h1)} req/s (${(r.h1 / d.h1).toFixed(2)}x) | h2 ${
+        f(r.h2)
+      } req/s (${(r.h2 / d.h2).toFixed(2)}x) | 16 MiB ${f(r.mbs)} MB/s (${
+        (r.mbs / d.mbs).toFixed(2)
+      }x) | new conn +${f(r.first - d.first)} ms first/+${f(r.again - d.again)} ms cached leaf (${
+        f(r.first)
+      }/${f(r.again)} ms)${r.cpu ? ` | ${r.cpu}` : ""}`,
+    );
+  }
+  for (const s of skipped) lines.push(`  skipped: ${s}`);
+  return lines;
+}
+
+if (import.meta.main) {
+  for (const line of await benchBump()) console.log(line);
+  Deno.exit(0);
+}
