@@ -24,7 +24,7 @@ const dec = new TextDecoder();
 const HOSTS = Array.from({ length: 12 }, (_, i) => `h${i}.github.com`);
 const N = 3000;
 /** Measurement rounds; each figure is the median of its rounds. */
-const ROUNDS = 2;
+const ROUNDS = 3;
 
 /**
  * A CONNECT splicer mapping the bench host names to the origin on loopback
@@ -409,7 +409,7 @@ async function inPrivateHosts(): Promise<string[] | null> {
         "-n",
         "sh",
         "-c",
-        'ip link set lo up && mount --bind "$0" /etc/hosts && exec "$1" run --cpu-prof --cpu-prof-dir=/tmp/prof3 -A "$2"',
+        'ip link set lo up && mount --bind "$0" /etc/hosts && exec "$1" run -A "$2"',
         hosts,
         Deno.execPath(),
         fileURLToPath(import.meta.url),
@@ -418,7 +418,7 @@ async function inPrivateHosts(): Promise<string[] | null> {
       stdout: "piped",
       stderr: "piped",
     }).output();
-    if (!out.success) return null;
+    if (!out.success) { console.error(new TextDecoder().decode(out.stderr)); return null; }
     return dec.decode(out.stdout).trimEnd().split("\n");
   } catch {
     return null;
@@ -475,13 +475,15 @@ async function measure(directHosts: boolean): Promise<string[]> {
         const t = targets[i];
         const cpu = t.cpu ?? (() => 0);
         let c0 = cpu();
-        samples[i].h1.push(await reqPerSec(t, "--http1.1"));
+        samples[i].h1.push(1);
         samples[i].cpuH1.push((cpu() - c0) / N);
         c0 = cpu();
         samples[i].h2.push(1);
         samples[i].cpuH2.push((cpu() - c0) / N);
         c0 = cpu();
-        samples[i].mbs.push(1);
+        c0 = cpu();
+        samples[i].mbs.push(await mbPerSec({ ...t, args: [...t.args, Deno.env.get("MBV") ?? "--http1.1"] }));
+        samples[i].cpuMB.push((cpu() - c0) / 16.777216);
         samples[i].cpuMB.push((cpu() - c0) / 16.777216);
         samples[i].again.push(1);
       }

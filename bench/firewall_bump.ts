@@ -1,9 +1,11 @@
 /**
  * Bump-mode figures for `deno task bench:firewall`: requests per second on
- * kept-alive connections (HTTP/1.1, HTTP/2), MB/s for a 16 MiB download and
- * the added latency of a new connection, as ratios to a direct connection,
- * with squid-openssl (ssl_bump) and mitmproxy measured in the same run when
- * installed. The client is curl for every proxy; the origin is an HTTPS
+ * kept-alive connections (HTTP/1.1, HTTP/2), MB/s for a 16 MiB download
+ * (over each) and the added latency of a new connection, as ratios to a
+ * direct connection, with squid-openssl (ssl_bump) and mitmproxy measured in
+ * the same run when installed, and each proxy's CPU time per request and
+ * per MB (forgekit runs in this process; the others are read from /proc).
+ * "h2" is what an HTTP/2 client gets: squid answers it in HTTP/1.1. The client is curl for every proxy; the origin is an HTTPS
  * server on 127.0.0.1:443 under real names (test CA). As root the run happens
  * in private network and mount namespaces whose /etc/hosts maps those names
  * to 127.0.0.1, so every proxy dials the origin directly; otherwise through a
@@ -195,16 +197,19 @@ async function reqPerSec(t: Target, http: string): Promise<number> {
   return N / s;
 }
 
-async function mbPerSec(t: Target): Promise<number> {
+async function mbPerSec(t: Target, http: string): Promise<number> {
   const out = await curl([
     ...t.args,
+    http,
     "-o",
     "/dev/null",
     "-w",
-    "%{time_total}",
+    "%{time_total} %{size_download}",
     "https://h0.github.com/big",
   ]);
-  return 16 / Number(out);
+  const [seconds, size] = out.split(" ").map(Number);
+  if (size !== 16 * 1024 * 1024) throw new Error(`${t.name}: 16 MiB download got ${size} bytes`);
+  return 16 / seconds;
 }
 
 /** Median time to a response on a new connection (TCP + CONNECT + TLS + request), ms. */
@@ -457,6 +462,8 @@ async function measure(directHosts: boolean): Promise<string[]> {
     h1: [] as number[],
     h2: [] as number[],
     mbs: [] as number[],
+    mbs1: [] as number[],
+    cpuMB1: [] as number[],
     again: [] as number[],
     cpuH1: [] as number[],
     cpuH2: [] as number[],
@@ -481,8 +488,11 @@ async function measure(directHosts: boolean): Promise<string[]> {
         samples[i].h2.push(await reqPerSec(t, "--http2"));
         samples[i].cpuH2.push((cpu() - c0) / N);
         c0 = cpu();
-        samples[i].mbs.push(await mbPerSec(t));
+        samples[i].mbs.push(await mbPerSec(t, "--http2"));
         samples[i].cpuMB.push((cpu() - c0) / 16.777216);
+        c0 = cpu();
+        samples[i].mbs1.push(await mbPerSec(t, "--http1.1"));
+        samples[i].cpuMB1.push((cpu() - c0) / 16.777216);
         samples[i].again.push(await newConnMs(t, HOSTS.slice(1, 6)));
       }
     }
@@ -497,12 +507,15 @@ async function measure(directHosts: boolean): Promise<string[]> {
     h1: median(samples[i].h1),
     h2: median(samples[i].h2),
     mbs: median(samples[i].mbs),
+    mbs1: median(samples[i].mbs1),
     first: firsts[i],
     again: median(samples[i].again),
     cpu: t.cpu
       ? `CPU ${median(samples[i].cpuH1).toFixed(0)} µs/req h1, ${
         median(samples[i].cpuH2).toFixed(0)
-      } µs/req h2, ${median(samples[i].cpuMB).toFixed(0)} µs/MB`
+      } µs/req h2, ${median(samples[i].cpuMB1).toFixed(0)}/${
+        median(samples[i].cpuMB).toFixed(0)
+      } µs/MB h1/h2`
       : "",
   }));
   const d = rows[0];
@@ -516,11 +529,13 @@ async function measure(directHosts: boolean): Promise<string[]> {
     lines.push(
       `  ${r.name.padEnd(24)} h1 ${f(r.h1)} req/s (${(r.h1 / d.h1).toFixed(2)}x) | h2 ${
         f(r.h2)
-      } req/s (${(r.h2 / d.h2).toFixed(2)}x) | 16 MiB ${f(r.mbs)} MB/s (${
-        (r.mbs / d.mbs).toFixed(2)
-      }x) | new conn +${f(r.first - d.first)} ms first/+${f(r.again - d.again)} ms cached leaf (${
-        f(r.first)
-      }/${f(r.again)} ms)${r.cpu ? ` | ${r.cpu}` : ""}`,
+      } req/s (${(r.h2 / d.h2).toFixed(2)}x) | 16 MiB h1 ${f(r.mbs1)} MB/s (${
+        (r.mbs1 / d.mbs1).toFixed(2)
+      }x), h2 ${f(r.mbs)} MB/s (${(r.mbs / d.mbs).toFixed(2)}x) | new conn +${
+        f(r.first - d.first)
+      } ms first/+${f(r.again - d.again)} ms cached leaf (${f(r.first)}/${f(r.again)} ms)${
+        r.cpu ? ` | ${r.cpu}` : ""
+      }`,
     );
   }
   for (const s of skipped) lines.push(`  skipped: ${s}`);

@@ -268,3 +268,28 @@ async function listeningPorts(): Promise<number[]> {
     .filter((l) => l.includes(`pid=${Deno.pid},`) && l.includes("127.0.0.1:"))
     .map((l) => Number(l.match(/127\.0\.0\.1:(\d+)/)![1]));
 }
+
+Deno.test("a 16 MiB response arrives whole over HTTP/1.1 and HTTP/2 (flow control never stalls)", async () => {
+  const body = new Uint8Array(16 << 20).map((_, i) => (i * 31) >> 8);
+  const f = await startFixture([], () => new Response(body));
+  try {
+    const want = await sha256(body);
+    for (const v of ["--http1.1", "--http2"]) {
+      const file = await Deno.makeTempFile();
+      try {
+        const r = await curl(f, [v, "-m", "20", "-o", file, ...W, "https://api.github.com/big"]);
+        assert.equal(r.out, `200 ${v === "--http2" ? "2" : "1.1"} \n`, v);
+        assert.equal(await sha256(await Deno.readFile(file)), want, v);
+      } finally {
+        await Deno.remove(file);
+      }
+    }
+  } finally {
+    await f.close();
+  }
+});
+
+async function sha256(bytes: Uint8Array): Promise<string> {
+  const digest = await crypto.subtle.digest("SHA-256", bytes as BufferSource);
+  return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, "0")).join("");
+}

@@ -14,7 +14,8 @@
  * @module
  */
 import { HEAD_TIMEOUT_MS, MAX_HEAD, requestFramingError } from "./http_head.ts";
-import { relay, type SocketIo } from "./socket_io.ts";
+import { copyToSocket, relay, type SocketIo } from "./socket_io.ts";
+import { closeQuietly } from "./conn_io.ts";
 
 /** A request as read off the connection. */
 export interface H1Request {
@@ -39,6 +40,8 @@ export interface H1Reply {
   length: number | null;
   /** With a 101: the connection to relay to, and bytes it already sent. */
   tunnel?: { conn: Deno.Conn; buffered: Uint8Array };
+  /** Instead of `body`: `length` bytes, `buffered` first, then read off `conn` (closed after). */
+  sized?: { conn: Deno.Conn; length: number; buffered: Uint8Array };
 }
 
 /** Answers one request. Its errors close the connection after a 502. */
@@ -347,8 +350,10 @@ async function exchange(
   let framing = "";
   let chunked = false;
   if (!bodiless) {
-    if (reply.body instanceof Uint8Array) framing = `content-length: ${reply.body.byteLength}\r\n`;
-    else if (reply.body === null) framing = "content-length: 0\r\n";
+    if (reply.sized) framing = `content-length: ${reply.sized.length}\r\n`;
+    else if (reply.body instanceof Uint8Array) {
+      framing = `content-length: ${reply.body.byteLength}\r\n`;
+    } else if (reply.body === null) framing = "content-length: 0\r\n";
     else if (reply.length !== null) framing = `content-length: ${reply.length}\r\n`;
     else if (req.version === "1.1") {
       framing = "transfer-encoding: chunked\r\n";
@@ -364,7 +369,21 @@ async function exchange(
     headText({ ...reply, headers }, framing + (keepAlive ? "" : "connection: close\r\n")),
   );
   const content = bodiless ? null : reply.body;
-  if (content === null || content instanceof Uint8Array) {
+  if (reply.sized) {
+    const { conn, length, buffered } = reply.sized;
+    try {
+      if (bodiless) await io.write(head);
+      else {
+        await io.write(concat(head, buffered));
+        const copied = await copyToSocket(conn, io, length - buffered.byteLength);
+        if (copied !== length - buffered.byteLength) {
+          throw new Error("the body ended before its length");
+        }
+      }
+    } finally {
+      closeQuietly(conn);
+    }
+  } else if (content === null || content instanceof Uint8Array) {
     await io.write(content === null ? head : concat(head, content));
   } else {
     await io.write(head);

@@ -258,7 +258,7 @@ export class Interceptor {
       return Promise.resolve(verdict);
     }
     const upgrade = req.upgrade?.toLowerCase() === "websocket" ? "websocket" : undefined;
-    return this.#forward(ctx, verdict, req.method, req.headers, req.body, upgrade);
+    return this.#forward(ctx, verdict, req.method, req.headers, req.body, upgrade, true);
   }
 
   /**
@@ -345,6 +345,7 @@ export class Interceptor {
     headers: Iterable<[string, string]>,
     body: ReadableStream<Uint8Array> | null,
     upgrade?: string,
+    rawBody = false,
   ): Promise<H1Reply> {
     let bytesOut = 0;
     let upstream: OriginResponse;
@@ -358,6 +359,7 @@ export class Interceptor {
         body,
         onBodyBytes: (n) => bytesOut = n,
         upgrade,
+        rawBody,
       });
     } catch (e) {
       return this.#upstreamError(allowed, e);

@@ -34,6 +34,8 @@ export interface OriginRequest {
   onBodyBytes?: (n: number) => void;
   /** Asks to switch protocols (`Upgrade`, e.g. "websocket"). */
   upgrade?: string;
+  /** A large sized body comes as {@linkcode OriginResponse.sized}, not as a stream. */
+  rawBody?: boolean;
 }
 
 /** An origin's response. */
@@ -56,6 +58,12 @@ export interface OriginResponse {
    * caller's, and any bytes the origin sent after the head.
    */
   tunnel?: { conn: Deno.Conn; buffered: Uint8Array };
+  /**
+   * With `rawBody`, a body of known length too large to come whole: its
+   * first bytes (`buffered`) and the connection the rest is read from (the
+   * caller's from then on; `body` is null).
+   */
+  sized?: { conn: Deno.Conn; length: number; buffered: Uint8Array };
 }
 
 /** Options of {@linkcode OriginClient}. */
@@ -445,6 +453,12 @@ export class OriginClient {
       }
       res.body = oc.take(framing.length);
       ended(framing.length, true);
+      return res;
+    }
+    if (framing.kind === "length" && req.rawBody && oc.buffered <= framing.length) {
+      // Never pooled: the caller reads the body and closes the connection.
+      res.sized = { conn: oc.conn, length: framing.length, buffered: oc.take(oc.buffered) };
+      endedWith = framing.length; // logged as declared
       return res;
     }
     if (framing.kind === "length" && oc.buffered === 0) {

@@ -154,6 +154,61 @@ export class SocketIo {
   }
 }
 
+/** The most bytes gathered into one socket write. */
+const GATHER = 256 * 1024;
+/** A read this long came back full (a whole TLS record): more is probably waiting. */
+const FULL_READ = 16 * 1024 - 64;
+
+/**
+ * Copies from a connection to the socket: `limit` bytes, or to the end of
+ * the connection. Every socket write has a high fixed cost (a TLS record
+ * and a system call through Node's stream layers), so reads that come back
+ * full are gathered into writes of up to 256 KiB. Nothing waits for data
+ * that may not come: a short read is written at once, and gathered bytes
+ * are written when the next read has not completed within a timer tick (a
+ * sender that waits for an answer, such as HTTP/2 flow control, is never
+ * stalled). Returns the bytes copied.
+ */
+export async function copyToSocket(
+  conn: Deno.Conn,
+  io: SocketIo,
+  limit = Infinity,
+): Promise<number> {
+  let copied = 0;
+  while (copied < limit) {
+    const buf = new Uint8Array(Math.min(GATHER, limit - copied));
+    let filled = 0;
+    let written = 0;
+    let ended = false;
+    while (filled < buf.byteLength) {
+      const reading = conn.read(buf.subarray(filled));
+      let n = filled > written ? await withinTick(reading) : await reading;
+      if (n === "late") {
+        await io.write(buf.subarray(written, filled));
+        written = filled;
+        n = await reading;
+      }
+      if (n === null) {
+        ended = true;
+        break;
+      }
+      filled += n;
+      if (n < FULL_READ) break;
+    }
+    if (filled > written) await io.write(buf.subarray(written, filled));
+    copied += filled;
+    if (ended) break;
+  }
+  return copied;
+}
+
+/** The read's result, or "late" when it has not completed within a timer tick. */
+function withinTick(reading: Promise<number | null>): Promise<number | null | "late"> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<"late">((resolve) => timer = setTimeout(() => resolve("late"), 0));
+  return Promise.race([reading, late]).finally(() => clearTimeout(timer));
+}
+
 /**
  * Copies both ways between a socket and a connection until both directions
  * ended (each end is passed on as a half-close), then closes the
@@ -167,12 +222,7 @@ export async function relay(
   const toSocket = (async () => {
     try {
       if (buffered.byteLength) await io.write(buffered);
-      for (;;) {
-        const buf = new Uint8Array(64 * 1024);
-        const n = await conn.read(buf);
-        if (n === null) break;
-        await io.write(buf.subarray(0, n));
-      }
+      await copyToSocket(conn, io);
     } catch {
       // either side went away
     }
