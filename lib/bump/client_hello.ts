@@ -1,18 +1,17 @@
-/** Reading the SNI and the ALPN offer from a TLS ClientHello. Pure: bytes in, answer out. */
+/** Reading the SNI from a TLS ClientHello. Pure: bytes in, answer out. */
 
 /** The outcome of looking at the bytes read so far. */
 export type HelloResult =
   | { status: "more" }
   | { status: "invalid"; why: string }
-  | { status: "ok"; sni: string | null; alpn: string[]; length: number };
+  | { status: "ok"; sni: string | null; length: number };
 
 /** The largest ClientHello read (several TLS records are allowed). */
 export const MAX_HELLO = 64 * 1024;
 
 /**
  * Parses a ClientHello (possibly spread over several TLS records) and returns
- * its server_name (null when it has none) and the protocols it offers in
- * ALPN (empty when it has no ALPN extension), or asks for more bytes.
+ * its server_name, null when it has none, or asks for more bytes.
  */
 export function parseClientHello(buf: Uint8Array): HelloResult {
   // Reassemble the handshake message from TLS records.
@@ -44,38 +43,28 @@ export function parseClientHello(buf: Uint8Array): HelloResult {
     skip(1 + m[p]); // session id
     skip(2 + ((m[p] << 8) | m[p + 1])); // cipher suites
     skip(1 + m[p]); // compression
-    let sni: string | null = null;
-    const alpn: string[] = [];
-    if (p + 2 > m.length) return { status: "ok", sni, alpn, length: off };
+    if (p + 2 > m.length) return { status: "ok", sni: null, length: off };
     const extEnd = p + 2 + ((m[p] << 8) | m[p + 1]);
     p += 2;
     while (p + 4 <= extEnd) {
       const type = (m[p] << 8) | m[p + 1];
       const len = (m[p + 2] << 8) | m[p + 3];
       const body = p + 4;
-      if (body + len > m.length) throw new RangeError("truncated");
-      if (type === 0 && sni === null) {
+      if (type === 0) {
         let q = body + 2; // server_name_list length
         while (q + 3 <= body + len) {
           const nameType = m[q];
           const nameLen = (m[q + 1] << 8) | m[q + 2];
           if (nameType === 0) {
-            sni = String.fromCharCode(...m.slice(q + 3, q + 3 + nameLen));
-            break;
+            const name = String.fromCharCode(...m.slice(q + 3, q + 3 + nameLen));
+            return { status: "ok", sni: name, length: off };
           }
           q += 3 + nameLen;
-        }
-      } else if (type === 16) {
-        let q = body + 2; // protocol_name_list length
-        while (q < body + len) {
-          const n = m[q];
-          alpn.push(String.fromCharCode(...m.slice(q + 1, q + 1 + n)));
-          q += 1 + n;
         }
       }
       p = body + len;
     }
-    return { status: "ok", sni, alpn, length: off };
+    return { status: "ok", sni: null, length: off };
   } catch {
     return { status: "invalid", why: "truncated ClientHello" };
   }
