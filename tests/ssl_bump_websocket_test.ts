@@ -5,16 +5,11 @@
  * a path no pattern allows never reaches the origin.
  */
 import assert from "node:assert/strict";
-import { type BumpLogEntry, createBumpSession } from "../lib/bump/ssl_bump.ts";
-import { parseUrlPatterns } from "../lib/bump/url_pattern.ts";
 import { startTestProxy } from "./support/proxy.ts";
 import { makeTestCa } from "./support/tls.ts";
-import { readClientHello } from "./support/bump.ts";
-import { NodeListener } from "../lib/bump/node_conn.ts";
+import { startBumpFront } from "./support/bump.ts";
 
-const dec = new TextDecoder();
-
-/** Origins that echo WebSocket frames, a bump session, and a minimal CONNECT front. */
+/** An origin that echoes WebSocket frames, behind the firewall's proxy with a bump session. */
 async function startFixture(allowUrls: string[]) {
   // Its own origin: startOrigins' request recording clones the request, which breaks upgrades.
   const ca = await makeTestCa();
@@ -37,53 +32,25 @@ async function startFixture(allowUrls: string[]) {
     },
   );
   const proxy = startTestProxy({ "api.github.com:443": origin.addr.port });
-  const sessionDir = await Deno.makeTempDir({ prefix: "fw-test-" });
-  const logs: BumpLogEntry[] = [];
-  const debug: string[] = [];
-  const bump = await createBumpSession({
-    sessionDir,
-    sessionId: "ws",
-    allowDomains: ["github.com"],
-    patterns: parseUrlPatterns(allowUrls),
+  const front = await startBumpFront({
+    allowUrls,
     upstreamCaCerts: [ca.cert],
     upstreamProxy: proxy.url,
-    log: (e) => logs.push(e),
-    debug: (line) => debug.push(line),
   });
-  const listener = await NodeListener.listen({ hostname: "127.0.0.1", port: 0 });
-  const tasks: Promise<void>[] = [];
-  const accept = (async () => {
-    for await (const conn of listener) {
-      tasks.push(
-        (async () => {
-          const head = new Uint8Array(4096);
-          const n = await conn.read(head);
-          const [, target] = dec.decode(head.subarray(0, n ?? 0)).split("\r\n")[0].split(" ");
-          const [host, port] = target.split(":");
-          await conn.write(new TextEncoder().encode("HTTP/1.1 200 Connection established\r\n\r\n"));
-          await bump.intercept(conn, host, Number(port), await readClientHello(conn));
-        })().catch(() => {}),
-      );
-    }
-  })();
   const client = Deno.createHttpClient({
-    proxy: { url: `http://127.0.0.1:${(listener.addr as Deno.NetAddr).port}` },
-    caCerts: [await Deno.readTextFile(bump.caCertPath)],
+    proxy: { url: front.proxyUrl },
+    caCerts: [await Deno.readTextFile(front.caCertPath)],
   });
   return {
     hits,
-    logs,
-    debug,
+    logs: front.logs,
+    debug: front.debug,
     client,
     async close() {
       client.close();
-      listener.close();
-      await accept;
-      await bump.close();
-      await Promise.all(tasks);
+      await front.close();
       await proxy.close();
       await origin.shutdown();
-      await Deno.remove(sessionDir, { recursive: true });
     },
   };
 }
