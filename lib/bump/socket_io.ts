@@ -174,13 +174,26 @@ export async function copyToSocket(
   io: SocketIo,
   limit = Infinity,
 ): Promise<number> {
+  // Short reads land here and are written as copies; a big buffer is only
+  // made once reads come back full.
+  const scratch = new Uint8Array(64 * 1024);
   let copied = 0;
   while (copied < limit) {
+    const first = await conn.read(
+      scratch.subarray(0, Math.min(scratch.byteLength, limit - copied)),
+    );
+    if (first === null) break;
+    if (first < FULL_READ || copied + first >= limit) {
+      await io.write(scratch.slice(0, first));
+      copied += first;
+      continue;
+    }
     const buf = new Uint8Array(Math.min(GATHER, limit - copied));
-    let filled = 0;
+    buf.set(scratch.subarray(0, first));
+    let filled = first;
     let written = 0;
     let ended = false;
-    while (filled < buf.byteLength) {
+    while (buf.byteLength - filled >= FULL_READ) {
       const reading = conn.read(buf.subarray(filled));
       let n = filled > written ? await withinTick(reading) : await reading;
       if (n === "late") {
