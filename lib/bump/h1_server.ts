@@ -1,19 +1,20 @@
 /**
  * forgekit's own HTTP/1.1 server side, for bumped connections whose TLS was
- * adopted (see `tls_adopt.ts`): reads each request off the socket, hands it
- * to a handler, writes the handler's reply. Requests on a kept-alive
- * connection, pipelined ones included, are read and answered one at a time,
- * in order; each one goes through the handler on its own.
+ * terminated on the client's connection (`NodeConn.startTls`): reads each
+ * request off the socket, hands it to a handler, writes the handler's
+ * reply. Requests on a kept-alive connection, pipelined ones included, are
+ * read and answered one at a time, in order; each one goes through the
+ * handler on its own.
  *
- * Request framing follows RFC 9112 and refuses what could be read two ways
- * (`requestFramingError`): a message the filter and the origin might split
- * differently is never forwarded. Bodies are streamed both ways. A `101`
- * reply carrying a tunnel (a WebSocket upgrade the origin accepted) turns
- * the connection into a raw relay.
+ * Request heads are read strictly (`request_head.ts`): a message the filter
+ * and the origin might split differently is never forwarded. Bodies are
+ * streamed both ways. A `101` reply carrying a tunnel (a WebSocket upgrade
+ * the origin accepted) turns the connection into a raw relay.
  *
  * @module
  */
-import { HEAD_TIMEOUT_MS, MAX_HEAD, requestFramingError } from "./http_head.ts";
+import { HEAD_TIMEOUT_MS, MAX_HEAD } from "./http_head.ts";
+import { FIELD_VALUE, type ParsedHead, parseRequestHead, TOKEN } from "./request_head.ts";
 import { copyToSocket, relay, type SocketIo } from "./socket_io.ts";
 import { closeQuietly } from "./conn_io.ts";
 
@@ -47,86 +48,8 @@ export interface H1Reply {
 /** Answers one request. Its errors close the connection after a 502. */
 export type H1Handler = (req: H1Request) => Promise<H1Reply>;
 
-const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
-/** A field value or reason phrase: no CR, LF, NUL or other control but HT. */
-const FIELD_VALUE = /^[\t\x20-\x7e\x80-\xff]*$/;
-/** A Host value: a name or an IP literal, with an optional port (RFC 9110 §7.2). */
-const HOST = /^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~-]+)(?::\d{1,5})?$/;
-const TARGET = /^(?:\/[\x21-\x7e]*|https:\/\/[\x21-\x7e]+)$/;
-
 const enc = new TextEncoder();
 const latin1 = new TextDecoder("latin1");
-
-/** A request head, parsed. */
-export type ParsedHead =
-  | {
-    ok: true;
-    method: string;
-    target: string;
-    version: "1.0" | "1.1";
-    headers: [string, string][];
-    /** How the body is delimited: its length, or "chunked". */
-    body: number | "chunked";
-  }
-  | { ok: false; why: string };
-
-/**
- * Parses a request head (the text up to the blank line). Refuses, with the
- * reason: a malformed request line, a target other than origin-form or an
- * `https://` absolute-form (no fragment), malformed or folded fields,
- * control characters in values, unsafe body framing, and a missing or
- * repeated Host on HTTP/1.1.
- *
- * @example
- * ```ts
- * parseRequestHead("GET /a?b HTTP/1.1\r\nHost: x"); // { ok: true, method: "GET", … }
- * parseRequestHead("GET /a HTTP/1.1"); // { ok: false, why: "…Host…" }
- * ```
- */
-export function parseRequestHead(text: string): ParsedHead {
-  const lines = text.replace(/^(?:\r\n)+/, "").split("\r\n");
-  const m = /^([^ ]+) ([^ ]+) HTTP\/1\.([01])$/.exec(lines[0]);
-  if (!m || !TOKEN.test(m[1])) {
-    return { ok: false, why: `malformed request line ${JSON.stringify(lines[0].slice(0, 80))}` };
-  }
-  const [, method, target, minor] = m;
-  if (!TARGET.test(target) || target.includes("#")) {
-    return { ok: false, why: `unsupported request target ${JSON.stringify(target.slice(0, 80))}` };
-  }
-  const fields = lines.slice(1);
-  const framing = requestFramingError(fields);
-  if (framing !== null) return { ok: false, why: `unsafe body framing: ${framing}` };
-  const headers: [string, string][] = [];
-  for (const line of fields) {
-    const colon = line.indexOf(":");
-    const name = line.slice(0, colon);
-    const raw = line.slice(colon + 1);
-    if (!TOKEN.test(name)) {
-      return { ok: false, why: `malformed field name ${JSON.stringify(name)}` };
-    }
-    if (!FIELD_VALUE.test(raw)) {
-      return { ok: false, why: `a control character in the ${name} field` };
-    }
-    const value = raw.replace(/^[ \t]+|[ \t]+$/g, "");
-    headers.push([name.toLowerCase(), value]);
-  }
-  const hosts = headers.filter(([k]) => k === "host");
-  if (hosts.length > 1) return { ok: false, why: "more than one Host field" };
-  if (minor === "1" && hosts.length === 0) return { ok: false, why: "no Host field" };
-  if (hosts.length && !HOST.test(hosts[0][1])) {
-    return { ok: false, why: `invalid Host ${JSON.stringify(hosts[0][1].slice(0, 80))}` };
-  }
-  const te = headers.some(([k]) => k === "transfer-encoding");
-  const length = headers.find(([k]) => k === "content-length")?.[1].split(",")[0].trim();
-  return {
-    ok: true,
-    method,
-    target,
-    version: minor === "1" ? "1.1" : "1.0",
-    headers,
-    body: te ? "chunked" : length === undefined ? 0 : Number(length),
-  };
-}
 
 /** The comma-separated tokens of a field, lower-case. */
 function tokens(headers: [string, string][], name: string): string[] {

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { type ParsedHead, parseRequestHead } from "./h1_server.ts";
+import { type ParsedHead, parseRequestHead } from "./request_head.ts";
 
 const H = "Host: api.github.com";
 
