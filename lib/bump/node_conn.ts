@@ -61,6 +61,8 @@ export class NodeConn implements ByteConn {
   ): tls.TLSSocket {
     this.#adopted = true;
     const raw = this.#io.detach() as net.Socket;
+    // Errors surface on the TLS socket; the raw one must not throw them unheard.
+    raw.on("error", () => {});
     raw.unshift(Buffer.from(clientHello));
     return new tls.TLSSocket(raw, {
       isServer: true,
@@ -90,6 +92,8 @@ export class NodeListener implements AsyncIterable<NodeConn> {
       this.#pending.push(new NodeConn(socket, transport));
       this.#notify();
     });
+    // An accept that fails (too many open files) drops that connection only.
+    server.on("error", () => {});
     server.on("close", () => {
       this.#closed = true;
       this.#notify();
