@@ -105,13 +105,24 @@ class Raw {
     }
   }
 
-  async #take(n: number): Promise<Uint8Array> {
+  async take(n: number): Promise<Uint8Array> {
     while (this.#buf.byteLength < n) {
       if (!await this.#fill()) throw new Error(`connection ended inside a body of ${n} bytes`);
     }
     const out = this.#buf.slice(0, n);
     this.#buf = this.#buf.subarray(n);
     return out;
+  }
+
+  /** Reads a response head only. */
+  async head(): Promise<{ status: number; headers: Headers }> {
+    const [line, ...fields] = (await this.#until("\r\n\r\n")).split("\r\n");
+    return {
+      status: Number(/^HTTP\/1\.1 (\d{3}) /.exec(line)?.[1]),
+      headers: new Headers(
+        fields.map((l) => [l.slice(0, l.indexOf(":")), l.slice(l.indexOf(":") + 1).trim()]),
+      ),
+    };
   }
 
   /** Reads one whole response (a 1xx too): head, then a sized, chunked or close-delimited body. */
@@ -130,16 +141,16 @@ class Raw {
       for (;;) {
         const size = parseInt(await this.#until("\r\n"), 16);
         if (size === 0) break;
-        parts.push(await this.#take(size));
+        parts.push(await this.take(size));
         assert.equal(await this.#until("\r\n"), "", "CRLF after a chunk");
       }
       assert.equal(await this.#until("\r\n"), "", "no trailers");
       return { status, headers, body: concat(parts) };
     }
     const length = headers.get("content-length");
-    if (length !== null) return { status, headers, body: await this.#take(Number(length)) };
+    if (length !== null) return { status, headers, body: await this.take(Number(length)) };
     while (await this.#fill());
-    return { status, headers, body: await this.#take(this.#buf.byteLength) };
+    return { status, headers, body: await this.take(this.#buf.byteLength) };
   }
 
   /** Whether the server closed the connection with nothing more sent. */
@@ -493,6 +504,35 @@ Deno.test("a Host that is not a host name or address gets 400", async () => {
     assert.match(dec.decode(r.body), /invalid Host/);
     assert.deepEqual(f.originPaths(), []);
   } finally {
+    c.close();
+    await f.close();
+  }
+});
+
+Deno.test("a sized response that pauses is passed on as it comes, not held back to gather more", async () => {
+  const part = new Uint8Array(48 * 1024).fill(7); // whole TLS records; the body is over 64 KiB
+  const { promise: received, resolve: clientHasPart } = Promise.withResolvers<void>();
+  const f = await startBumpFixture(ALLOW, () => {
+    const body = new ReadableStream<Uint8Array>({
+      async start(c) {
+        c.enqueue(part);
+        await received; // the rest only once the client has the first part
+        c.enqueue(part);
+        c.close();
+      },
+    });
+    return new Response(body, { headers: { "content-length": String(2 * part.byteLength) } });
+  });
+  const c = await Raw.open(f);
+  try {
+    await c.write(get("/allowed/slow"));
+    const head = await c.head();
+    assert.equal(head.headers.get("content-length"), String(2 * part.byteLength));
+    assert.deepEqual(await c.take(part.byteLength), part); // fails after READ_MS if held back
+    clientHasPart();
+    assert.deepEqual(await c.take(part.byteLength), part);
+  } finally {
+    clientHasPart();
     c.close();
     await f.close();
   }

@@ -25,7 +25,7 @@ import { type ByteConn, closeQuietly } from "./conn_io.ts";
 import type { AccessLogEntry } from "./access_log.ts";
 import { HOP_BY_HOP, type OriginClient, type OriginResponse } from "./origin_client.ts";
 import { NodeConn } from "./node_conn.ts";
-import { relay, SocketIo } from "./socket_io.ts";
+import { gatheredReads, relay, SocketIo } from "./socket_io.ts";
 import { HEAD_TIMEOUT_MS } from "./http_head.ts";
 import { join } from "node:path";
 import { type H1Reply, type H1Request, serveH1 } from "./h1_server.ts";
@@ -93,17 +93,46 @@ function ownReply(status: number, statusText: string, reason: string, text: stri
 
 /** A reply as a fetch Response (for the Deno.serve route). */
 function toResponse(reply: H1Reply): Response {
-  const body = reply.body as BodyInit | null;
+  const body = reply.sized ? sizedBody(reply.sized) : reply.body as BodyInit | null;
+  const headers = reply.sized
+    ? [...reply.headers, ["content-length", String(reply.sized.length)] as [string, string]]
+    : reply.headers;
   // A reason phrase Response rejects is dropped.
   try {
-    return new Response(body, {
-      status: reply.status,
-      statusText: reply.statusText,
-      headers: reply.headers,
-    });
+    return new Response(body, { status: reply.status, statusText: reply.statusText, headers });
   } catch {
-    return new Response(body, { status: reply.status, headers: reply.headers });
+    return new Response(body, { status: reply.status, headers });
   }
+}
+
+/** A sized body read off the origin connection in gathered pieces (closed at the end). */
+function sizedBody(sized: NonNullable<H1Reply["sized"]>): ReadableStream<Uint8Array> {
+  const { conn, buffered } = sized;
+  const pieces = gatheredReads(conn, sized.length - buffered.byteLength);
+  let first: Uint8Array | null = buffered.byteLength ? buffered : null;
+  return new ReadableStream<Uint8Array>({
+    async pull(controller) {
+      if (first) {
+        controller.enqueue(first);
+        first = null;
+        return;
+      }
+      try {
+        const next = await pieces.next();
+        if (next.done) {
+          closeQuietly(conn);
+          controller.close();
+        } else controller.enqueue(next.value);
+      } catch (e) {
+        closeQuietly(conn);
+        controller.error(e);
+      }
+    },
+    async cancel() {
+      closeQuietly(conn);
+      await pieces.return(undefined);
+    },
+  }, { highWaterMark: 0 });
 }
 
 /** Splits Deno's request URL into the authority and the raw path and query the client sent. */
@@ -241,7 +270,15 @@ export class Interceptor {
   async #handle(req: Request, ctx: ConnContext): Promise<Response> {
     const verdict = this.#judge(ctx, req.method, req.url, performance.now());
     if (!("target" in verdict)) return toResponse(verdict);
-    const reply = await this.#forward(ctx, verdict, req.method, req.headers, req.body);
+    const reply = await this.#forward(
+      ctx,
+      verdict,
+      req.method,
+      req.headers,
+      req.body,
+      undefined,
+      true,
+    );
     try {
       return toResponse(reply);
     } catch (e) {

@@ -160,21 +160,19 @@ const GATHER = 256 * 1024;
 const FULL_READ = 16 * 1024 - 64;
 
 /**
- * Copies from a connection to the socket: `limit` bytes, or to the end of
- * the connection. Every socket write has a high fixed cost (a TLS record
- * and a system call through Node's stream layers), so reads that come back
- * full are gathered into writes of up to 256 KiB. Nothing waits for data
- * that may not come: a short read is written at once, and gathered bytes
- * are written when the next read has not completed within a timer tick (a
- * sender that waits for an answer, such as HTTP/2 flow control, is never
- * stalled). Returns the bytes copied.
+ * Reads a connection (`limit` bytes, or to its end) in gathered pieces.
+ * Every write downstream (a socket write, a response chunk) has a high
+ * fixed cost, so reads that come back full are gathered into pieces of up
+ * to 256 KiB. Nothing waits for data that may not come: a short read is
+ * given at once, and gathered bytes are given when the next read has not
+ * completed within a timer tick (a sender that waits for an answer, such as
+ * HTTP/2 flow control, is never stalled). The pieces are never reused.
  */
-export async function copyToSocket(
+export async function* gatheredReads(
   conn: Deno.Conn,
-  io: SocketIo,
   limit = Infinity,
-): Promise<number> {
-  // Short reads land here and are written as copies; a big buffer is only
+): AsyncGenerator<Uint8Array> {
+  // Short reads land here and are given as copies; a big buffer is only
   // made once reads come back full.
   const scratch = new Uint8Array(64 * 1024);
   let copied = 0;
@@ -182,24 +180,29 @@ export async function copyToSocket(
     const first = await conn.read(
       scratch.subarray(0, Math.min(scratch.byteLength, limit - copied)),
     );
-    if (first === null) break;
+    if (first === null) return;
     if (first < FULL_READ || copied + first >= limit) {
-      await io.write(scratch.slice(0, first));
       copied += first;
+      yield scratch.slice(0, first);
       continue;
     }
     const buf = new Uint8Array(Math.min(GATHER, limit - copied));
     buf.set(scratch.subarray(0, first));
     let filled = first;
-    let written = 0;
+    let given = 0;
+    let pending: Promise<number | null> | null = null;
     let ended = false;
     while (buf.byteLength - filled >= FULL_READ) {
-      const reading = conn.read(buf.subarray(filled));
-      let n = filled > written ? await withinTick(reading) : await reading;
+      const reading: Promise<number | null> = pending ?? conn.read(buf.subarray(filled));
+      pending = null;
+      const n = filled > given ? await withinTick(reading) : await reading;
       if (n === "late") {
-        await io.write(buf.subarray(written, filled));
-        written = filled;
-        n = await reading;
+        // The read goes on into the rest of the buffer while this part is used.
+        reading.catch(() => {}); // the consumer may stop here and close the connection
+        pending = reading;
+        yield buf.subarray(given, filled);
+        given = filled;
+        continue;
       }
       if (n === null) {
         ended = true;
@@ -208,9 +211,22 @@ export async function copyToSocket(
       filled += n;
       if (n < FULL_READ) break;
     }
-    if (filled > written) await io.write(buf.subarray(written, filled));
     copied += filled;
-    if (ended) break;
+    if (filled > given) yield buf.subarray(given, filled);
+    if (ended) return;
+  }
+}
+
+/** Copies {@linkcode gatheredReads} of a connection to the socket; the bytes copied. */
+export async function copyToSocket(
+  conn: Deno.Conn,
+  io: SocketIo,
+  limit = Infinity,
+): Promise<number> {
+  let copied = 0;
+  for await (const piece of gatheredReads(conn, limit)) {
+    await io.write(piece);
+    copied += piece.byteLength;
   }
   return copied;
 }
