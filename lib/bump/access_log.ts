@@ -22,6 +22,19 @@ export interface AccessLogEntry {
   reason?: string;
 }
 
+let lastMs = 0;
+let lastIso = "";
+
+/** The current time for a log line, ISO 8601 (formatted once per millisecond). */
+export function logTime(): string {
+  const now = Date.now();
+  if (now !== lastMs) {
+    lastMs = now;
+    lastIso = new Date(now).toISOString();
+  }
+  return lastIso;
+}
+
 /** How long an access-log line may wait to be written. */
 export const FLUSH_MS = 50;
 

@@ -22,7 +22,7 @@ import { LeafCache } from "./leaf_cache.ts";
 import type { Leaf } from "./ca.ts";
 import { decideUrl, type UrlPattern } from "./url_pattern.ts";
 import { type ByteConn, closeQuietly } from "./conn_io.ts";
-import type { AccessLogEntry } from "./access_log.ts";
+import { type AccessLogEntry, logTime } from "./access_log.ts";
 import { HOP_BY_HOP, type OriginClient, type OriginResponse } from "./origin_client.ts";
 import { NodeConn } from "./node_conn.ts";
 import { gatheredReads, relay, SocketIo } from "./socket_io.ts";
@@ -313,7 +313,7 @@ export class Interceptor {
       status: number | null,
       extra: Partial<BumpLogEntry> = {},
     ): BumpLogEntry => ({
-      time: new Date().toISOString(),
+      time: logTime(),
       method,
       scheme: "https",
       host: ctx.host,

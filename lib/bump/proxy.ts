@@ -3,7 +3,7 @@
  * ssl-bump interceptor) and absolute-form plain HTTP. It decides with
  * `domain_policy.ts` and logs every connection or request.
  */
-import type { AccessLog, AccessLogEntry } from "./access_log.ts";
+import { type AccessLog, type AccessLogEntry, logTime } from "./access_log.ts";
 import { MAX_HELLO, parseClientHello } from "./client_hello.ts";
 import { decide, type Decision, type DomainPolicy } from "./domain_policy.ts";
 import { normalizeDomain } from "./host_validation.ts";
@@ -128,7 +128,7 @@ export async function handleClient(conn: ByteConn, opts: ProxyOptions): Promise<
       & Pick<AccessLogEntry, "method" | "host" | "port" | "decision" | "rule">,
   ) =>
     opts.log.write({
-      time: new Date().toISOString(),
+      time: logTime(),
       scheme: "https",
       url: null,
       status: null,

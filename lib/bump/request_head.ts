@@ -52,21 +52,28 @@ export function parseRequestHead(text: string): ParsedHead {
     return { ok: false, why: `unsupported request target ${JSON.stringify(target.slice(0, 80))}` };
   }
   const fields = lines.slice(1);
-  const framing = requestFramingError(fields);
-  if (framing !== null) return { ok: false, why: `unsafe body framing: ${framing}` };
   const headers: [string, string][] = [];
+  let framed = false;
   for (const line of fields) {
     const colon = line.indexOf(":");
-    const name = line.slice(0, colon);
-    const raw = line.slice(colon + 1);
+    const name = colon > 0 ? line.slice(0, colon) : "";
     if (!TOKEN.test(name)) {
+      // The framing check names what is wrong with a line that has no proper name.
+      const framing = requestFramingError(fields);
+      if (framing !== null) return { ok: false, why: `unsafe body framing: ${framing}` };
       return { ok: false, why: `malformed field name ${JSON.stringify(name)}` };
     }
+    const raw = line.slice(colon + 1);
     if (!FIELD_VALUE.test(raw)) {
       return { ok: false, why: `a control character in the ${name} field` };
     }
-    const value = raw.replace(/^[ \t]+|[ \t]+$/g, "");
-    headers.push([name.toLowerCase(), value]);
+    const key = name.toLowerCase();
+    if (key === "content-length" || key === "transfer-encoding") framed = true;
+    headers.push([key, raw.replace(/^[ \t]+|[ \t]+$/g, "")]);
+  }
+  if (framed) {
+    const framing = requestFramingError(fields);
+    if (framing !== null) return { ok: false, why: `unsafe body framing: ${framing}` };
   }
   const hosts = headers.filter(([k]) => k === "host");
   if (hosts.length > 1) return { ok: false, why: "more than one Host field" };

@@ -111,6 +111,11 @@ Deno.test("parseRequestHead() refuses malformed, ambiguous and Host-less heads, 
       /unsafe body framing: conflicting Content-Length values 5, 6/,
     ],
     [
+      "a line without a colon",
+      `GET /x HTTP/1.1\r\n${H}\r\nabc`,
+      /unsafe body framing: a header line without a name/,
+    ],
+    [
       "a folded line",
       `GET /x HTTP/1.1\r\n${H}\r\nX-A: a\r\n folded`,
       /unsafe body framing: a header line without a name/,
