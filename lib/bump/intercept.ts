@@ -282,7 +282,9 @@ export class Interceptor {
     try {
       return toResponse(reply);
     } catch (e) {
+      // A status or header Response refuses: the body is dropped unread.
       if (reply.body instanceof ReadableStream) reply.body.cancel().catch(() => {});
+      if (reply.sized) closeQuietly(reply.sized.conn);
       return toResponse(this.#upstreamError(verdict, e));
     }
   }
