@@ -13,7 +13,7 @@
  *
  * @module
  */
-import { HEAD_TIMEOUT_MS, MAX_HEAD } from "./http_head.ts";
+import { chunkSize, errorResponse, HEAD_TIMEOUT_MS, MAX_HEAD } from "./http_head.ts";
 import { FIELD_VALUE, type ParsedHead, parseRequestHead, TOKEN } from "./request_head.ts";
 import { copyToSocket, relay, type SocketIo } from "./socket_io.ts";
 import { closeQuietly } from "./conn_io.ts";
@@ -124,9 +124,9 @@ function requestBody(
     }
     if (!inChunk) {
       const line = await readLine(io);
-      const size = /^([0-9a-fA-F]{1,12})[ \t]*(?:;.*)?$/.exec(line);
-      if (!size) throw new Error(`invalid chunk size ${JSON.stringify(line.slice(0, 40))}`);
-      remaining = parseInt(size[1], 16);
+      const size = chunkSize(line);
+      if (size === null) throw new Error(`invalid chunk size ${JSON.stringify(line.slice(0, 40))}`);
+      remaining = size;
       if (remaining === 0) {
         while ((await readLine(io)) !== ""); // trailers, dropped
         return null;
@@ -160,13 +160,8 @@ function requestBody(
 
 /** Writes a final answer of the server's own and closes (the client's input is dropped). */
 async function refuse(io: SocketIo, status: number, reason: string, body: string): Promise<void> {
-  const bytes = enc.encode(body);
   try {
-    await io.write(enc.encode(
-      `HTTP/1.1 ${status} ${reason}\r\ncontent-type: text/plain; charset=utf-8\r\n` +
-        `content-length: ${bytes.byteLength}\r\nconnection: close\r\n\r\n`,
-    ));
-    await io.write(bytes);
+    await io.write(errorResponse(status, reason, body));
   } catch {
     // the client went away
   }

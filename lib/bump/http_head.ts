@@ -114,3 +114,33 @@ export function requestFramingError(headerLines: string[]): string | null {
   if (new Set(lengths).size > 1) return `conflicting Content-Length values ${lengths.join(", ")}`;
   return null;
 }
+
+/** The size in a chunk-size line (extensions ignored), or null when it is malformed. */
+export function chunkSize(line: string): number | null {
+  const m = /^([0-9a-fA-F]{1,12})[ \t]*(?:;.*)?$/.exec(line);
+  return m ? parseInt(m[1], 16) : null;
+}
+
+const enc = new TextEncoder();
+
+/**
+ * A complete plain-text answer of the proxy's own that closes the
+ * connection, with `X-Proxy-Error` when given.
+ */
+export function errorResponse(
+  status: number,
+  reason: string,
+  body: string,
+  proxyError?: string,
+): Uint8Array {
+  const bytes = enc.encode(body);
+  const tag = proxyError ? `X-Proxy-Error: ${proxyError}\r\n` : "";
+  const head = enc.encode(
+    `HTTP/1.1 ${status} ${reason}\r\n${tag}Content-Type: text/plain; charset=utf-8\r\n` +
+      `Content-Length: ${bytes.length}\r\nConnection: close\r\n\r\n`,
+  );
+  const out = new Uint8Array(head.length + bytes.length);
+  out.set(head);
+  out.set(bytes, head.length);
+  return out;
+}

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { requestFramingError } from "./http_head.ts";
+import { chunkSize, requestFramingError } from "./http_head.ts";
 
 Deno.test("request framing: unambiguous heads pass, smuggling shapes are named", () => {
   const table: [string[], RegExp | null][] = [
@@ -31,4 +31,20 @@ Deno.test("request framing: unambiguous heads pass, smuggling shapes are named",
     if (want === null) assert.equal(got, null, JSON.stringify(lines));
     else assert.match(got ?? "(null)", want, JSON.stringify(lines));
   }
+});
+
+Deno.test("chunkSize() reads chunk-size lines and refuses malformed ones", () => {
+  const table: [string, number | null][] = [
+    ["1a", 26],
+    ["0", 0],
+    ["A;name=value", 10],
+    ["ff \t;x", 255],
+    ["ffffffffffff", 0xffffffffffff],
+    ["", null],
+    ["x", null],
+    ["-1", null],
+    [" 1", null],
+    ["1234567890abc", null],
+  ];
+  for (const [line, want] of table) assert.equal(chunkSize(line), want, JSON.stringify(line));
 });

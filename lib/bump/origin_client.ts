@@ -17,7 +17,7 @@
  * @module
  */
 import { dialTunnel, type UpstreamProxyEnv } from "./upstream.ts";
-import { framingFields, LENGTH_VALUE, MAX_HEAD } from "./http_head.ts";
+import { chunkSize, framingFields, LENGTH_VALUE, MAX_HEAD } from "./http_head.ts";
 import { writeAll } from "./conn_io.ts";
 
 /** A request to an origin. */
@@ -573,9 +573,11 @@ function bodyStream(
         // chunked
         if (!inChunk) {
           const sizeLine = await oc.line();
-          const size = /^([0-9a-fA-F]{1,12})[ \t]*(?:;.*)?$/.exec(sizeLine);
-          if (!size) throw new OriginProtocolError(`invalid chunk size: ${sizeLine.slice(0, 40)}`);
-          remaining = parseInt(size[1], 16);
+          const size = chunkSize(sizeLine);
+          if (size === null) {
+            throw new OriginProtocolError(`invalid chunk size: ${sizeLine.slice(0, 40)}`);
+          }
+          remaining = size;
           if (remaining === 0) {
             // Trailers (dropped) up to the empty line.
             while ((await oc.line()) !== "");

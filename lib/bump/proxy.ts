@@ -8,6 +8,7 @@ import { MAX_HELLO, parseClientHello } from "./client_hello.ts";
 import { decide, type Decision, type DomainPolicy } from "./domain_policy.ts";
 import { normalizeDomain } from "./host_validation.ts";
 import {
+  errorResponse,
   HeadTimeoutError,
   HeadTooLargeError,
   readHttpHead,
@@ -43,16 +44,7 @@ const ALLOW_HINT: Record<string, string> = {
 
 function blockResponse(host: string, d: Decision): Uint8Array {
   const body = `forgekit firewall blocked ${host}: ${d.rule} (${ALLOW_HINT[d.reason!]})\n`;
-  return plainError(403, "Forbidden", body, `blocked-by-${d.reason}`);
-}
-
-/** A complete error response that closes the connection, with X-Proxy-Error when given. */
-function plainError(status: number, reason: string, body: string, proxyError?: string): Uint8Array {
-  const bytes = enc.encode(body);
-  const tag = proxyError ? `X-Proxy-Error: ${proxyError}\r\n` : "";
-  return enc.encode(
-    `HTTP/1.1 ${status} ${reason}\r\n${tag}Content-Type: text/plain\r\nContent-Length: ${bytes.length}\r\nConnection: close\r\n\r\n${body}`,
-  );
+  return errorResponse(403, "Forbidden", body, `blocked-by-${d.reason}`);
 }
 
 /** Splices two connections both ways; returns the bytes each way. */
@@ -143,12 +135,12 @@ export async function handleClient(conn: ByteConn, opts: ProxyOptions): Promise<
   } catch (err) {
     // A client that connected and sent nothing is closed without a word.
     if (err instanceof HeadTimeoutError && err.received > 0) {
-      return await refuse(conn, plainError(408, "Request Timeout", `${err.message}\n`));
+      return await refuse(conn, errorResponse(408, "Request Timeout", `${err.message}\n`));
     }
     if (err instanceof HeadTooLargeError) {
       return await refuse(
         conn,
-        plainError(431, "Request Header Fields Too Large", `${err.message}\n`),
+        errorResponse(431, "Request Header Fields Too Large", `${err.message}\n`),
       );
     }
     got = null;
@@ -160,7 +152,7 @@ export async function handleClient(conn: ByteConn, opts: ProxyOptions): Promise<
     if (!at) {
       return await refuse(
         conn,
-        plainError(
+        errorResponse(
           400,
           "Bad Request",
           `forgekit firewall: bad CONNECT target ${JSON.stringify(target)}\n`,
@@ -244,7 +236,7 @@ export async function handleClient(conn: ByteConn, opts: ProxyOptions): Promise<
     });
     return await refuse(
       conn,
-      plainError(400, "Bad Request", "forgekit firewall accepts CONNECT and http:// URLs\n"),
+      errorResponse(400, "Bad Request", "forgekit firewall accepts CONNECT and http:// URLs\n"),
     );
   }
   const host = normalizeDomain(url.hostname);
@@ -272,7 +264,7 @@ export async function handleClient(conn: ByteConn, opts: ProxyOptions): Promise<
     });
     return await refuse(
       conn,
-      plainError(
+      errorResponse(
         400,
         "Bad Request",
         `forgekit firewall refused an ambiguous request: ${framing}\n`,
@@ -292,7 +284,7 @@ export async function handleClient(conn: ByteConn, opts: ProxyOptions): Promise<
     });
     return await refuse(
       conn,
-      plainError(
+      errorResponse(
         502,
         "Bad Gateway",
         `forgekit firewall: cannot reach ${host}:${port}: ${(err as Error).message}\n`,
