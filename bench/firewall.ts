@@ -13,7 +13,7 @@ import { fileURLToPath } from "node:url";
 import { makeTestCa } from "../tests/support/tls.ts";
 import { AccessLog } from "../lib/bump/access_log.ts";
 import { serveProxy } from "../lib/bump/proxy.ts";
-import { NodeListener } from "../lib/bump/node_conn.ts";
+import { listenProxy } from "../lib/bump/node_conn.ts";
 import { proxyEnv } from "../lib/bump/upstream.ts";
 
 const KEEPALIVE_REQUESTS = 300;
@@ -43,7 +43,7 @@ if (!first.value?.includes("ready")) {
 
 // forgekit's proxy, as the firewall runs it (splice mode), on a TCP port.
 const log = new AccessLog(join(dir, "access.log"));
-const listener = await NodeListener.listen({ hostname: "127.0.0.1", port: 0 });
+const listener = await listenProxy({ hostname: "127.0.0.1", port: 0 }, false);
 const serving = serveProxy(listener, {
   policy: { allow: ["localhost"], block: [] },
   log,

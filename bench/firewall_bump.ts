@@ -18,7 +18,7 @@ import process from "node:process";
 import { fileURLToPath } from "node:url";
 import { createBumpSession } from "../lib/bump/ssl_bump.ts";
 import { AccessLog } from "../lib/bump/access_log.ts";
-import { NodeListener } from "../lib/bump/node_conn.ts";
+import { listenProxy } from "../lib/bump/node_conn.ts";
 import { serveProxy } from "../lib/bump/proxy.ts";
 import { makeTestCa } from "../tests/support/tls.ts";
 
@@ -244,7 +244,7 @@ async function forgekitTarget(routerUrl: string | undefined, testCa: string): Pr
     debug: () => {},
   });
   // The firewall's own proxy and listener: CONNECT policy, SNI check, bump.
-  const listener = await NodeListener.listen({ hostname: "127.0.0.1", port: 0 });
+  const listener = await listenProxy({ hostname: "127.0.0.1", port: 0 }, true);
   const serving = serveProxy(listener, {
     policy: { allow: ["github.com"], block: [] },
     log,

@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { AccessLog } from "../lib/bump/access_log.ts";
-import { NodeListener } from "../lib/bump/node_conn.ts";
+import { listenProxy } from "../lib/bump/node_conn.ts";
 import { MAX_HEAD } from "../lib/bump/http_head.ts";
 import { serveProxy } from "../lib/bump/proxy.ts";
 import { dialTunnel, proxyEnv } from "../lib/bump/upstream.ts";
@@ -16,14 +16,25 @@ import { startOrigins } from "./support/origin.ts";
 const enc = new TextEncoder();
 const dec = new TextDecoder();
 
+/** Runs `fn` against the proxy on each of its listeners (Deno's, and node:net for --ssl-bump). */
 async function withProxy(
+  fn: (send: (raw: string) => Promise<string>, hits: () => number) => Promise<void>,
+  headTimeoutMs?: number,
+): Promise<void> {
+  for (const tlsOnAccepted of [false, true]) {
+    await withProxyOn(tlsOnAccepted, fn, headTimeoutMs);
+  }
+}
+
+async function withProxyOn(
+  tlsOnAccepted: boolean,
   fn: (send: (raw: string) => Promise<string>, hits: () => number) => Promise<void>,
   headTimeoutMs?: number,
 ): Promise<void> {
   const o = await startOrigins(["allowed.example"], (_req, hit) => new Response(`hi ${hit.path}`));
   const dir = await Deno.makeTempDir({ prefix: "forgekit-proxytest-" });
   const log = new AccessLog(join(dir, "access.log"));
-  const listener = await NodeListener.listen({ hostname: "127.0.0.1", port: 0 });
+  const listener = await listenProxy({ hostname: "127.0.0.1", port: 0 }, tlsOnAccepted);
   const serving = serveProxy(listener, {
     policy: { allow: ["allowed.example"], block: [] },
     log,

@@ -1,5 +1,5 @@
 /** `forgekit firewall`: run a command whose only way out is forgekit's filtering proxy. */
-import { NodeListener } from "./node_conn.ts";
+import { listenProxy, type ProxyListener } from "./node_conn.ts";
 import { join } from "node:path";
 import { CliError, parseCommandArgs, splitList, usageError, yellow } from "../cli/mod.ts";
 import { AccessLog } from "./access_log.ts";
@@ -162,7 +162,7 @@ export async function runFirewall(argv: string[]): Promise<number> {
   const session = createSession();
   const log = new AccessLog(join(logDir, "access.log"), debug);
   let bump: BumpSession | null = null;
-  let listener: NodeListener | null = null;
+  let listener: ProxyListener | null = null;
   let serving: Promise<void> | null = null;
   const cleanup = async () => {
     listener?.close();
@@ -186,8 +186,9 @@ export async function runFirewall(argv: string[]): Promise<number> {
       });
     }
     const noSandbox = values["no-sandbox"] === true;
-    listener = await NodeListener.listen(
+    listener = await listenProxy(
       noSandbox ? { hostname: "127.0.0.1", port: 0 } : { path: session.socketPath },
+      bump !== null,
     );
     serving = serveProxy(listener, {
       policy: { allow, block },

@@ -1,7 +1,8 @@
 /**
  * The proxy's listener and client connections, on `node:net`.
  *
- * Why not `Deno.listen`: a bumped client's TLS must be terminated on the
+ * Why not `Deno.listen` (which the proxy keeps when nothing is bumped,
+ * {@linkcode listenProxy}): a bumped client's TLS must be terminated on the
  * connection the proxy accepted, and Deno's own API has no server-side
  * `startTls`. A `node:net` socket can be handed to `node:tls` as it is
  * ({@linkcode NodeConn.startTls}), so bumped requests are served on the
@@ -159,4 +160,22 @@ export class NodeListener implements AsyncIterable<NodeConn> {
       await new Promise<void>((resolve) => this.#wake = resolve);
     }
   }
+}
+
+/** The proxy's listener: connections to filter, its address, and close. */
+export type ProxyListener = AsyncIterable<ByteConn> & { readonly addr: Deno.Addr; close(): void };
+
+/**
+ * Listens for the proxy. With `tlsOnAccepted` (`--ssl-bump`) the listener
+ * is node:net, whose sockets can be handed to node:tls; otherwise it is
+ * Deno's own, whose connections splice natively and faster.
+ */
+export async function listenProxy(
+  where: ListenOptions,
+  tlsOnAccepted: boolean,
+): Promise<ProxyListener> {
+  if (tlsOnAccepted) return await NodeListener.listen(where);
+  return "path" in where
+    ? Deno.listen({ transport: "unix", path: where.path })
+    : Deno.listen(where);
 }

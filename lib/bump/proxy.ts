@@ -104,9 +104,10 @@ function parseAuthority(target: string): { host: string; port: number } | null {
 }
 
 /** Turns off Nagle's algorithm on TCP connections (small writes must not wait for ACKs). */
-export function noDelay(conn: Deno.Conn): Deno.Conn {
-  if ("setNoDelay" in conn && conn.remoteAddr.transport === "tcp") {
-    (conn as Deno.TcpConn).setNoDelay(true);
+export function noDelay<T extends ByteConn>(conn: T): T {
+  const tcp = conn as unknown as Partial<Deno.TcpConn>;
+  if (typeof tcp.setNoDelay === "function" && tcp.remoteAddr?.transport === "tcp") {
+    tcp.setNoDelay(true);
   }
   return conn;
 }
@@ -114,6 +115,7 @@ export function noDelay(conn: Deno.Conn): Deno.Conn {
 /** Handles one client connection. */
 export async function handleClient(conn: ByteConn, opts: ProxyOptions): Promise<void> {
   const started = performance.now();
+  noDelay(conn); // a NodeListener's sockets have it already
   const entry = (
     e:
       & Partial<AccessLogEntry>

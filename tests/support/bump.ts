@@ -6,7 +6,7 @@
  */
 import { type BumpLogEntry, createBumpSession } from "../../lib/bump/ssl_bump.ts";
 import { parseUrlPatterns } from "../../lib/bump/url_pattern.ts";
-import { NodeListener } from "../../lib/bump/node_conn.ts";
+import { listenProxy } from "../../lib/bump/node_conn.ts";
 import { serveProxy } from "../../lib/bump/proxy.ts";
 import { AccessLog } from "../../lib/bump/access_log.ts";
 import { join } from "node:path";
@@ -33,7 +33,7 @@ export interface BumpFixture extends BumpFront {
 }
 
 /**
- * Starts the firewall's own proxy (`serveProxy` on a `NodeListener`,
+ * Starts the firewall's own proxy (`serveProxy` on its `--ssl-bump` listener,
  * github.com allowed) with a bump session whose upstream is `upstreamProxy`.
  */
 export async function startBumpFront(options: {
@@ -57,7 +57,7 @@ export async function startBumpFront(options: {
     headTimeoutMs: options.headTimeoutMs,
   });
   const accessLog = new AccessLog(join(sessionDir, "access.log"));
-  const listener = await NodeListener.listen({ hostname: "127.0.0.1", port: 0 });
+  const listener = await listenProxy({ hostname: "127.0.0.1", port: 0 }, true);
   const serving = serveProxy(listener, {
     policy: { allow: ["github.com"], block: [] },
     log: accessLog,
