@@ -13,7 +13,7 @@
  *
  * @module
  */
-import { chunkSize, errorResponse, HEAD_TIMEOUT_MS, MAX_HEAD } from "./http_head.ts";
+import { chunkSize, errorResponse, fieldTokens, HEAD_TIMEOUT_MS, MAX_HEAD } from "./http_head.ts";
 import { FIELD_VALUE, type ParsedHead, parseRequestHead, TOKEN } from "./request_head.ts";
 import { copyToSocket, relay, type SocketIo } from "./socket_io.ts";
 import { closeQuietly } from "./conn_io.ts";
@@ -50,13 +50,6 @@ export type H1Handler = (req: H1Request) => Promise<H1Reply>;
 
 const enc = new TextEncoder();
 const latin1 = new TextDecoder("latin1");
-
-/** The comma-separated tokens of a field, lower-case. */
-function tokens(headers: [string, string][], name: string): string[] {
-  return headers.filter(([k]) => k === name).flatMap(([, v]) =>
-    v.toLowerCase().split(",").map((t) => t.trim())
-  );
-}
 
 function concat(a: Uint8Array, b: Uint8Array): Uint8Array {
   if (a.byteLength === 0) return b;
@@ -230,13 +223,13 @@ async function exchange(
       return false;
     }
   }
-  const connection = tokens(req.headers, "connection");
+  const connection = fieldTokens(req.headers, "connection");
   let keepAlive = req.version === "1.1"
     ? !connection.includes("close")
     : connection.includes("keep-alive");
   const body = { done: req.body === 0 };
   const expectsContinue = req.version === "1.1" &&
-    tokens(req.headers, "expect").includes("100-continue");
+    fieldTokens(req.headers, "expect").includes("100-continue");
   const upgrade = connection.includes("upgrade")
     ? req.headers.find(([k]) => k === "upgrade")?.[1] ?? null
     : null;

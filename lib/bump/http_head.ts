@@ -115,6 +115,18 @@ export function requestFramingError(headerLines: string[]): string | null {
   return null;
 }
 
+/**
+ * The comma-separated tokens of a list field (`Connection`, `Expect`),
+ * lower-case, over every line of it; `headers` names are lower-case.
+ */
+export function fieldTokens(headers: [string, string][], name: string): string[] {
+  const out: string[] = [];
+  for (const [k, v] of headers) {
+    if (k === name) { for (const t of v.toLowerCase().split(",")) out.push(t.trim()); }
+  }
+  return out;
+}
+
 /** The size in a chunk-size line (extensions ignored), or null when it is malformed. */
 export function chunkSize(line: string): number | null {
   const m = /^([0-9a-fA-F]{1,12})[ \t]*(?:;.*)?$/.exec(line);

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { chunkSize, requestFramingError } from "./http_head.ts";
+import { chunkSize, fieldTokens, requestFramingError } from "./http_head.ts";
 
 Deno.test("request framing: unambiguous heads pass, smuggling shapes are named", () => {
   const table: [string[], RegExp | null][] = [
@@ -47,4 +47,14 @@ Deno.test("chunkSize() reads chunk-size lines and refuses malformed ones", () =>
     ["1234567890abc", null],
   ];
   for (const [line, want] of table) assert.equal(chunkSize(line), want, JSON.stringify(line));
+});
+
+Deno.test("fieldTokens() reads every line of a list field, lower-case and trimmed", () => {
+  const headers: [string, string][] = [
+    ["connection", "Keep-Alive, Upgrade"],
+    ["host", "a"],
+    ["connection", " X-Custom "],
+  ];
+  assert.deepEqual(fieldTokens(headers, "connection"), ["keep-alive", "upgrade", "x-custom"]);
+  assert.deepEqual(fieldTokens(headers, "expect"), []);
 });

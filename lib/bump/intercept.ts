@@ -26,7 +26,7 @@ import { type AccessLogEntry, logTime } from "./access_log.ts";
 import { HOP_BY_HOP, type OriginClient, type OriginResponse } from "./origin_client.ts";
 import { NodeConn } from "./node_conn.ts";
 import { gatheredReads, relay, SocketIo } from "./socket_io.ts";
-import { HEAD_TIMEOUT_MS } from "./http_head.ts";
+import { fieldTokens, HEAD_TIMEOUT_MS } from "./http_head.ts";
 import { join } from "node:path";
 import { type H1Reply, type H1Request, serveH1 } from "./h1_server.ts";
 import tls from "node:tls";
@@ -59,9 +59,7 @@ interface ConnContext {
 /** The request's end-to-end headers (names lower-case), as pairs for the origin. */
 function forwardHeaders(headers: Iterable<[string, string]>): [string, string][] {
   const all = [...headers];
-  const listed = all.filter(([k]) => k === "connection").flatMap(([, v]) =>
-    v.toLowerCase().split(",").map((s) => s.trim())
-  );
+  const listed = fieldTokens(all, "connection");
   return all.filter(([k]) => k !== "host" && !HOP_BY_HOP.has(k) && !listed.includes(k));
 }
 

@@ -17,7 +17,7 @@
  * @module
  */
 import { dialTunnel, type UpstreamProxyEnv } from "./upstream.ts";
-import { chunkSize, framingFields, LENGTH_VALUE, MAX_HEAD } from "./http_head.ts";
+import { chunkSize, fieldTokens, framingFields, LENGTH_VALUE, MAX_HEAD } from "./http_head.ts";
 import { writeAll } from "./conn_io.ts";
 
 /** A request to an origin. */
@@ -237,9 +237,7 @@ export function responseFraming(method: string, status: number, headers: [string
 }
 
 function closes(headers: [string, string][]): boolean {
-  return headers.some(([k, v]) =>
-    k === "connection" && v.toLowerCase().split(",").some((t) => t.trim() === "close")
-  );
+  return fieldTokens(headers, "connection").includes("close");
 }
 
 /** Pooled HTTP/1.1 connections to origins, for bumped requests. */
@@ -421,9 +419,10 @@ export class OriginClient {
     const { framing, reusable } = responseFraming(req.method, parsed.status, parsed.headers);
     // The length is the client side's framing to set, except where there is
     // no body and it describes the resource (HEAD, 304).
+    const listed = fieldTokens(parsed.headers, "connection");
     const headers = parsed.headers.filter(([k]) =>
       !HOP_BY_HOP.has(k) && (k !== "content-length" || framing.kind === "none") &&
-      !isConnectionListed(parsed.headers, k)
+      !listed.includes(k)
     );
     const endFns: ((n: number) => void)[] = [];
     let endedWith: number | null = null;
@@ -511,12 +510,6 @@ class StaleConnection extends Error {
   constructor(cause: unknown) {
     super("stale connection", { cause });
   }
-}
-
-function isConnectionListed(headers: [string, string][], name: string): boolean {
-  return headers.some(([k, v]) =>
-    k === "connection" && v.toLowerCase().split(",").some((t) => t.trim() === name)
-  );
 }
 
 /** Streams a framed body off the connection; `ended(bytes, cleanly)` once at the end. */
