@@ -268,15 +268,7 @@ export class Interceptor {
   async #handle(req: Request, ctx: ConnContext): Promise<Response> {
     const verdict = this.#judge(ctx, req.method, req.url, performance.now());
     if (!("target" in verdict)) return toResponse(verdict);
-    const reply = await this.#forward(
-      ctx,
-      verdict,
-      req.method,
-      req.headers,
-      req.body,
-      undefined,
-      true,
-    );
+    const reply = await this.#forward(ctx, verdict, req.method, req.headers, req.body);
     try {
       return toResponse(reply);
     } catch (e) {
@@ -295,7 +287,7 @@ export class Interceptor {
       return Promise.resolve(verdict);
     }
     const upgrade = req.upgrade?.toLowerCase() === "websocket" ? "websocket" : undefined;
-    return this.#forward(ctx, verdict, req.method, req.headers, req.body, upgrade, true);
+    return this.#forward(ctx, verdict, req.method, req.headers, req.body, upgrade);
   }
 
   /**
@@ -382,7 +374,6 @@ export class Interceptor {
     headers: Iterable<[string, string]>,
     body: ReadableStream<Uint8Array> | null,
     upgrade?: string,
-    rawBody = false,
   ): Promise<H1Reply> {
     let bytesOut = 0;
     let upstream: OriginResponse;
@@ -396,7 +387,6 @@ export class Interceptor {
         body,
         onBodyBytes: (n) => bytesOut = n,
         upgrade,
-        rawBody,
       });
     } catch (e) {
       return this.#upstreamError(allowed, e);

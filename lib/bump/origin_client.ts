@@ -34,8 +34,6 @@ export interface OriginRequest {
   onBodyBytes?: (n: number) => void;
   /** Asks to switch protocols (`Upgrade`, e.g. "websocket"). */
   upgrade?: string;
-  /** A large sized body comes as {@linkcode OriginResponse.sized}, not as a stream. */
-  rawBody?: boolean;
 }
 
 /** An origin's response. */
@@ -46,7 +44,8 @@ export interface OriginResponse {
   headers: [string, string][];
   /**
    * The body: bytes when it arrived whole with the head or fits one buffer,
-   * a stream otherwise, null when the response has none.
+   * a stream when its length is not known in advance, null when the
+   * response has none or it is {@linkcode OriginResponse.sized}.
    */
   body: Uint8Array<ArrayBuffer> | ReadableStream<Uint8Array> | null;
   /** The body's length when known in advance (Content-Length). */
@@ -59,9 +58,9 @@ export interface OriginResponse {
    */
   tunnel?: { conn: Deno.Conn; buffered: Uint8Array };
   /**
-   * With `rawBody`, a body of known length too large to come whole: its
-   * first bytes (`buffered`) and the connection the rest is read from (the
-   * caller's from then on; `body` is null).
+   * A body of known length too large to come whole: its first bytes
+   * (`buffered`) and the connection the rest is read from (the caller's
+   * from then on, read with gathered reads and closed; `body` is null).
    */
   sized?: { conn: Deno.Conn; length: number; buffered: Uint8Array };
 }
@@ -454,21 +453,10 @@ export class OriginClient {
       ended(framing.length, true);
       return res;
     }
-    if (framing.kind === "length" && req.rawBody && oc.buffered <= framing.length) {
+    if (framing.kind === "length" && oc.buffered <= framing.length) {
       // Never pooled: the caller reads the body and closes the connection.
       res.sized = { conn: oc.conn, length: framing.length, buffered: oc.take(oc.buffered) };
       endedWith = framing.length; // logged as declared
-      return res;
-    }
-    if (framing.kind === "length" && oc.buffered === 0) {
-      // A large body whose first byte has not been read yet: the connection's
-      // own stream is the body, with its length declared, so that Deno.serve
-      // copies it natively and stops at the length (about twice the MB/s of
-      // a JavaScript stream). The connection is not reused: closing the
-      // stream closes it.
-      res.headers.push(["content-length", String(framing.length)]);
-      res.body = oc.conn.readable;
-      endedWith = framing.length; // logged as declared; never pooled
       return res;
     }
     res.body = bodyStream(oc, framing, ended);
