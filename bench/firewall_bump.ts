@@ -16,11 +16,8 @@
 import { join } from "node:path";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
-import { createBumpSession } from "../lib/bump/ssl_bump.ts";
-import { AccessLog } from "../lib/bump/access_log.ts";
-import { listenProxy } from "../lib/bump/node_conn.ts";
-import { serveProxy } from "../lib/bump/proxy.ts";
 import { makeTestCa } from "../tests/support/tls.ts";
+import { startBumpFront } from "../tests/support/bump.ts";
 
 const dec = new TextDecoder();
 const HOSTS = Array.from({ length: 12 }, (_, i) => `h${i}.github.com`);
@@ -231,42 +228,18 @@ async function newConnMs(t: Target, hosts: string[]): Promise<number> {
 }
 
 async function forgekitTarget(routerUrl: string | undefined, testCa: string): Promise<Target> {
-  const sessionDir = await Deno.makeTempDir({ prefix: "fw-bench-" });
-  const log = new AccessLog(join(sessionDir, "access.log"));
-  const bump = await createBumpSession({
-    sessionDir,
-    sessionId: "bench",
-    allowDomains: ["github.com"],
-    patterns: [],
+  // The firewall's own proxy and listener: CONNECT policy, SNI check, bump, access log.
+  const front = await startBumpFront({
+    allowUrls: [],
     upstreamCaCerts: [testCa],
     upstreamProxy: routerUrl,
-    log: (e) => log.write(e),
-    debug: () => {},
-  });
-  // The firewall's own proxy and listener: CONNECT policy, SNI check, bump.
-  const listener = await listenProxy({ hostname: "127.0.0.1", port: 0 }, true);
-  const serving = serveProxy(listener, {
-    policy: { allow: ["github.com"], block: [] },
-    log,
-    upstream: { noProxy: [] },
-    bump: { splice: () => false, intercept: (c, h, p, hello) => bump.intercept(c, h, p, hello) },
+    logToFile: true,
   });
   return {
     name: "forgekit --ssl-bump",
     cpu: ownCpu,
-    args: [
-      "--proxy",
-      `http://127.0.0.1:${(listener.addr as Deno.NetAddr).port}`,
-      "--cacert",
-      bump.caCertPath,
-    ],
-    async close() {
-      listener.close();
-      await bump.close();
-      await serving;
-      log.close();
-      await Deno.remove(sessionDir, { recursive: true });
-    },
+    args: ["--proxy", front.proxyUrl, "--cacert", front.caCertPath],
+    close: () => front.close(),
   };
 }
 

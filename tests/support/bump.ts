@@ -34,17 +34,21 @@ export interface BumpFixture extends BumpFront {
 
 /**
  * Starts the firewall's own proxy (`serveProxy` on its `--ssl-bump` listener,
- * github.com allowed) with a bump session whose upstream is `upstreamProxy`.
+ * github.com allowed) with a bump session whose upstream is `upstreamProxy`
+ * (none: origins are dialled directly). With `logToFile` the bump entries go
+ * to the access-log file, as in the firewall, instead of `logs`.
  */
 export async function startBumpFront(options: {
   allowUrls: string[];
   upstreamCaCerts: string[];
-  upstreamProxy: string;
+  upstreamProxy?: string;
   headTimeoutMs?: number;
+  logToFile?: boolean;
 }): Promise<BumpFront> {
   const sessionDir = await Deno.makeTempDir({ prefix: "fw-test-" });
   const logs: BumpLogEntry[] = [];
   const debug: string[] = [];
+  const accessLog = new AccessLog(join(sessionDir, "access.log"));
   const bump = await createBumpSession({
     sessionDir,
     sessionId: "test",
@@ -52,11 +56,10 @@ export async function startBumpFront(options: {
     patterns: parseUrlPatterns(options.allowUrls),
     upstreamCaCerts: options.upstreamCaCerts,
     upstreamProxy: options.upstreamProxy,
-    log: (e) => logs.push(e),
+    log: options.logToFile ? (e) => accessLog.write(e) : (e) => logs.push(e),
     debug: (line) => debug.push(line),
     headTimeoutMs: options.headTimeoutMs,
   });
-  const accessLog = new AccessLog(join(sessionDir, "access.log"));
   const listener = await listenProxy({ hostname: "127.0.0.1", port: 0 }, true);
   const serving = serveProxy(listener, {
     policy: { allow: ["github.com"], block: [] },
