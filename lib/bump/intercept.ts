@@ -6,10 +6,8 @@
  *
  * - HTTP/1.1: forgekit's own server (`h1_server.ts`) reads each request
  *   off the connection; nothing else is in the way.
- * - HTTP/2: the decrypted bytes are relayed to an internal cleartext
- *   `Deno.serve` (h2c) on a Unix socket per bumped host and port, in the
- *   session's 0700 ssl directory (hidden inside the sandbox), which hands
- *   over each stream on its own.
+ * - HTTP/2: forgekit's own server (`h2_server.ts`) reads the frames off
+ *   the connection and hands over each stream on its own.
  *
  * Either way each request gets the same treatment: the Host (or
  * :authority) must be the CONNECT host, the URL must pass the patterns,
@@ -25,10 +23,10 @@ import { type ByteConn, closeQuietly } from "./conn_io.ts";
 import { type AccessLogEntry, logTime } from "./access_log.ts";
 import { HOP_BY_HOP, type OriginClient, type OriginResponse } from "./origin_client.ts";
 import { NodeConn } from "./node_conn.ts";
-import { gatheredReads, relay, SocketIo } from "./socket_io.ts";
+import { SocketIo } from "./socket_io.ts";
 import { fieldTokens, HEAD_TIMEOUT_MS } from "./http_head.ts";
-import { join } from "node:path";
 import { type H1Reply, type H1Request, serveH1 } from "./h1_server.ts";
+import { serveH2 } from "./h2_server.ts";
 import tls from "node:tls";
 
 /** One access-log line: the firewall's entry. */
@@ -41,11 +39,9 @@ export interface InterceptorOptions {
   leafFor: (host: string) => Promise<Leaf>;
   /** Upstream requests: pooled HTTP/1.1 connections to origins. */
   origins: OriginClient;
-  /** Where the internal HTTP/2 listeners' Unix sockets go (a 0700 directory). */
-  socketDir: string;
   log: (entry: BumpLogEntry) => void;
   debug: (line: string) => void;
-  /** The most internal listeners kept (one per host and port). */
+  /** The most TLS contexts kept (one per host). */
   capacity?: number;
   /** How long a request head may take on an adopted connection. */
   headTimeoutMs?: number;
@@ -89,51 +85,7 @@ function ownReply(status: number, statusText: string, reason: string, text: stri
   };
 }
 
-/** A reply as a fetch Response (for the Deno.serve route). */
-function toResponse(reply: H1Reply): Response {
-  const body = reply.sized ? sizedBody(reply.sized) : reply.body as BodyInit | null;
-  const headers = reply.sized
-    ? [...reply.headers, ["content-length", String(reply.sized.length)] as [string, string]]
-    : reply.headers;
-  // A reason phrase Response rejects is dropped.
-  try {
-    return new Response(body, { status: reply.status, statusText: reply.statusText, headers });
-  } catch {
-    return new Response(body, { status: reply.status, headers });
-  }
-}
-
-/** A sized body read off the origin connection in gathered pieces (closed at the end). */
-function sizedBody(sized: NonNullable<H1Reply["sized"]>): ReadableStream<Uint8Array> {
-  const { conn, buffered } = sized;
-  const pieces = gatheredReads(conn, sized.length - buffered.byteLength);
-  let first: Uint8Array | null = buffered.byteLength ? buffered : null;
-  return new ReadableStream<Uint8Array>({
-    async pull(controller) {
-      if (first) {
-        controller.enqueue(first);
-        first = null;
-        return;
-      }
-      try {
-        const next = await pieces.next();
-        if (next.done) {
-          closeQuietly(conn);
-          controller.close();
-        } else controller.enqueue(next.value);
-      } catch (e) {
-        closeQuietly(conn);
-        controller.error(e);
-      }
-    },
-    async cancel() {
-      closeQuietly(conn);
-      await pieces.return(undefined);
-    },
-  }, { highWaterMark: 0 });
-}
-
-/** Splits Deno's request URL into the authority and the raw path and query the client sent. */
+/** Splits a request URL into the authority and the raw path and query the client sent. */
 export function splitRawUrl(url: string): { authority: string; path: string; query: string } {
   const rest = url.slice(url.indexOf("://") + 3);
   const slash = rest.search(/[/?]/);
@@ -154,31 +106,18 @@ export function expectedAuthority(host: string, port: number): string[] {
   return port === 443 ? [h, `${h}:443`] : [`${h}:${port}`];
 }
 
-interface Listener {
-  path: string;
-  server: Deno.HttpServer;
-}
-
 /**
  * Terminates TLS for bumped connections and applies the URL policy to every
  * request.
  */
 export class Interceptor {
   #opts: InterceptorOptions;
-  #listeners: LeafCache<Listener>;
   #contexts: LeafCache<tls.SecureContext>;
   #sockets = new Set<tls.TLSSocket>();
-  #listened = 0;
   #closed = false;
 
   constructor(options: InterceptorOptions) {
     this.#opts = options;
-    this.#listeners = new LeafCache<Listener>({
-      capacity: options.capacity ?? 256,
-      onEvict: (l) => {
-        l.server.shutdown().catch(() => {}).finally(() => Deno.remove(l.path).catch(() => {}));
-      },
-    });
     this.#contexts = new LeafCache<tls.SecureContext>({ capacity: options.capacity ?? 256 });
   }
 
@@ -207,15 +146,12 @@ export class Interceptor {
       const closed = new Promise<void>((resolve) => socket!.once("close", resolve));
       const io = new SocketIo(socket);
       if (!await handshake(socket, closed, this.#opts.headTimeoutMs ?? HEAD_TIMEOUT_MS)) return;
-      if (socket.alpnProtocol === "h2") {
-        this.#opts.debug(`ssl-bump: ${ctx.host}:${port}: HTTP/2 (internal listener)`);
-        await this.#http2(io, ctx);
-      } else {
-        this.#opts.debug(`ssl-bump: ${ctx.host}:${port}: HTTP/1.1 (on the client connection)`);
-        await serveH1(io, (req) => this.#answer(ctx, req), {
-          headTimeoutMs: this.#opts.headTimeoutMs,
-        });
-      }
+      const h2 = socket.alpnProtocol === "h2";
+      this.#opts.debug(
+        `ssl-bump: ${ctx.host}:${port}: ${h2 ? "HTTP/2" : "HTTP/1.1"} (on the client connection)`,
+      );
+      const serve = h2 ? serveH2 : serveH1;
+      await serve(io, (req) => this.#answer(ctx, req), { headTimeoutMs: this.#opts.headTimeoutMs });
       // The writing side has ended; the client gets a moment to close its own.
       const timer = setTimeout(() => socket!.destroy(), 2000);
       await closed;
@@ -237,49 +173,15 @@ export class Interceptor {
     }
   }
 
-  /** Closes every internal listener and bumped connection. */
+  /** Closes every bumped connection. */
   async close(): Promise<void> {
     this.#closed = true;
-    this.#listeners.clear();
     this.#contexts.clear();
     for (const socket of this.#sockets) socket.destroy();
     await Promise.resolve();
   }
 
-  /** Relays an HTTP/2 connection's decrypted bytes to the internal listener. */
-  async #http2(io: SocketIo, ctx: ConnContext): Promise<void> {
-    const listener = await this.#listeners.get(`${ctx.host}:${ctx.port}`, () => this.#listen(ctx));
-    await relay(io, await Deno.connect({ transport: "unix", path: listener.path }));
-  }
-
-  async #listen(ctx: ConnContext): Promise<Listener> {
-    const path = join(this.#opts.socketDir, `h2-${++this.#listened}.sock`);
-    const { promise, resolve } = Promise.withResolvers<void>();
-    const server = Deno.serve({
-      path,
-      onListen: () => resolve(),
-      onError: () => new Response("Bad gateway\n", { status: 502 }),
-    }, (req) => this.#handle(req, ctx));
-    await promise;
-    return { path, server };
-  }
-
-  /** A request on the HTTP/2 route. */
-  async #handle(req: Request, ctx: ConnContext): Promise<Response> {
-    const verdict = this.#judge(ctx, req.method, req.url, performance.now());
-    if (!("target" in verdict)) return toResponse(verdict);
-    const reply = await this.#forward(ctx, verdict, req.method, req.headers, req.body);
-    try {
-      return toResponse(reply);
-    } catch (e) {
-      // A status or header Response refuses: the body is dropped unread.
-      if (reply.body instanceof ReadableStream) reply.body.cancel().catch(() => {});
-      if (reply.sized) closeQuietly(reply.sized.conn);
-      return toResponse(this.#upstreamError(verdict, e));
-    }
-  }
-
-  /** A request on the HTTP/1.1 route. */
+  /** One request, from either server. */
   #answer(ctx: ConnContext, req: H1Request): Promise<H1Reply> {
     const verdict = this.#judge(ctx, req.method, req.url, performance.now());
     if (!("target" in verdict)) {

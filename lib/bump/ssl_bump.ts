@@ -111,7 +111,6 @@ export async function createBumpSession(options: BumpSessionOptions): Promise<Bu
     patterns: options.patterns,
     origins,
     leafFor: (host) => leaves.get(host, () => ca.issueLeaf(host)),
-    socketDir: sslDir,
     log: options.log,
     debug: options.debug,
     headTimeoutMs: options.headTimeoutMs,

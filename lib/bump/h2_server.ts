@@ -1,0 +1,795 @@
+/**
+ * forgekit's own HTTP/2 server side, for bumped connections whose TLS was
+ * terminated on the client's connection (ALPN h2): reads the frames off
+ * the socket, hands each stream's request to the handler on its own, and
+ * writes the replies as HEADERS and DATA within the client's flow-control
+ * windows (RFC 9113).
+ *
+ * Malformed requests (`h2_request.ts`) get a 400 and are never handed on.
+ * Request bodies are streamed, and each stream's window is only reopened as
+ * its body is read, so a connection holds at most one window of unread
+ * bytes per stream. Limits: 100 concurrent streams, 64 KiB of header list,
+ * 128 KiB of header block; a client that resets streams as fast as it
+ * opens them (CVE-2023-44487), or floods control frames without reading
+ * the answers, gets GOAWAY ENHANCE_YOUR_CALM.
+ *
+ * @module
+ */
+import {
+  DEFAULT_WINDOW,
+  ErrorCode,
+  Flag,
+  frame,
+  FRAME_HEADER,
+  FrameType,
+  goawayFrame,
+  H2ConnectionError,
+  MAX_WINDOW,
+  MIN_FRAME_SIZE,
+  parseSettings,
+  PREFACE,
+  putFrameHeader,
+  rstStreamFrame,
+  Setting,
+  settingsFrame,
+  windowUpdateFrame,
+} from "./h2_frames.ts";
+import { HpackDecoder, HpackEncoder, HpackError } from "./hpack.ts";
+import { checkRequestFields } from "./h2_request.ts";
+import { FIELD_VALUE } from "./request_head.ts";
+import { gatheredReads, type SocketIo } from "./socket_io.ts";
+import { closeQuietly } from "./conn_io.ts";
+import { HEAD_TIMEOUT_MS } from "./http_head.ts";
+import type { H1Handler, H1Reply } from "./h1_server.ts";
+
+/** The most streams a client may have open at once. */
+export const MAX_STREAMS = 100;
+/** Each stream's receive window: unread request body bytes held per stream. */
+const STREAM_WINDOW = 256 * 1024;
+/** The connection's receive window (reopened as bytes arrive; streams bound memory). */
+const CONN_WINDOW = 16 * 1024 * 1024;
+/** The largest decoded header list accepted (a larger one gets 431). */
+const MAX_HEADER_LIST = 64 * 1024;
+/** The largest header block (HEADERS plus CONTINUATION) read at all. */
+const MAX_HEADER_BLOCK = 128 * 1024;
+/** Streams the client may reset before the ratio to streams opened is checked. */
+const RESET_ALLOWANCE = 100;
+/** Unsent bytes queued on the socket past which control answers count as a flood. */
+const FLOOD_BYTES = 1024 * 1024;
+
+const enc = new TextEncoder();
+/** Fields an HTTP/2 response must not carry. */
+const CONNECTION_SPECIFIC = new Set([
+  "connection",
+  "keep-alive",
+  "proxy-connection",
+  "transfer-encoding",
+  "upgrade",
+]);
+const NAME = /^[!#$%&'*+.^_`|~0-9a-z-]+$/;
+/** An HPACK dynamic table size update to 0. */
+const TABLE_SIZE_ZERO = new Uint8Array([0x20]);
+
+/** One stream's state. */
+interface Stream {
+  id: number;
+  /** What the client still lets us send. */
+  sendWindow: number;
+  /** What the client may still send before we reopen the window. */
+  recvWindow: number;
+  /** Body bytes read by the handler since the window was last reopened. */
+  consumed: number;
+  /** Request body bytes received so far, and the declared length. */
+  received: number;
+  length: number | null;
+  queue: Uint8Array[];
+  /** The client ended its side (END_STREAM). */
+  remoteClosed: boolean;
+  /** Our side ended (END_STREAM or RST_STREAM sent, or reset by the client). */
+  localClosed: boolean;
+  reset: boolean;
+  /** Why the request body failed (a reset, a length mismatch). */
+  failure: Error | null;
+  wake: (() => void) | null;
+  /** Stops the response being produced (a reset). */
+  onReset: (() => void) | null;
+}
+
+/** A reply of the server's own: text, with `X-Proxy-Error` when given. */
+function textReply(status: number, text: string, proxyError?: string): H1Reply {
+  const body = enc.encode(text);
+  const headers: [string, string][] = [["content-type", "text/plain; charset=utf-8"]];
+  if (proxyError) headers.unshift(["x-proxy-error", proxyError]);
+  return { status, statusText: "", headers, body, length: body.byteLength };
+}
+
+/** Serves one HTTP/2 connection until it ends; never throws. */
+export async function serveH2(
+  io: SocketIo,
+  handler: H1Handler,
+  options: { headTimeoutMs?: number } = {},
+): Promise<void> {
+  await new H2Connection(io, handler, options.headTimeoutMs ?? HEAD_TIMEOUT_MS).serve();
+}
+
+class H2Connection {
+  #io: SocketIo;
+  #handler: H1Handler;
+  #timeout: number;
+  #decoder = new HpackDecoder({ maxTableSize: 4096, maxHeaderListSize: MAX_HEADER_LIST });
+  #encoder = new HpackEncoder();
+  #streams = new Map<number, Stream>();
+  #tasks = new Set<Promise<void>>();
+  /** The highest stream the client opened. */
+  #lastStream = 0;
+  #opened = 0;
+  #resets = 0;
+  /** A header block being read: HEADERS then CONTINUATION frames. */
+  #block: { stream: number; endStream: boolean; parts: Uint8Array[]; size: number } | null = null;
+  #peerWindow = DEFAULT_WINDOW;
+  #peerFrameSize = MIN_FRAME_SIZE;
+  #connSendWindow = DEFAULT_WINDOW;
+  #connReceived = 0;
+  #windowWaiters = new Set<() => void>();
+  /** Control frames answered while reading one chunk, written together. */
+  #pending: Uint8Array[] = [];
+  #goingAway = false;
+  #idleSince: number | null = performance.now();
+
+  constructor(io: SocketIo, handler: H1Handler, timeout: number) {
+    this.#io = io;
+    this.#handler = handler;
+    this.#timeout = timeout;
+  }
+
+  async serve(): Promise<void> {
+    const watch = setInterval(() => {
+      if (this.#idleSince !== null && performance.now() - this.#idleSince >= this.#timeout) {
+        this.#io.expire();
+      }
+    }, Math.min(1000, this.#timeout / 4));
+    try {
+      if (!await this.#readPreface()) return;
+      this.#pending.push(
+        settingsFrame([
+          [Setting.MAX_CONCURRENT_STREAMS, MAX_STREAMS],
+          [Setting.INITIAL_WINDOW_SIZE, STREAM_WINDOW],
+          [Setting.MAX_HEADER_LIST_SIZE, MAX_HEADER_LIST],
+        ]),
+        windowUpdateFrame(0, CONN_WINDOW - DEFAULT_WINDOW),
+      );
+      await this.#readFrames();
+    } catch (e) {
+      const code = e instanceof H2ConnectionError
+        ? e.code
+        : e instanceof HpackError
+        ? ErrorCode.COMPRESSION_ERROR
+        : null;
+      if (code !== null) {
+        this.#pending.push(goawayFrame(this.#lastStream, code, (e as Error).message));
+      }
+    } finally {
+      clearInterval(watch);
+      this.#flush();
+      this.#goingAway = true;
+      for (const stream of this.#streams.values()) {
+        this.#abort(stream, new Error("the connection ended"));
+      }
+      await Promise.allSettled([...this.#tasks]);
+      this.#flush();
+      this.#io.end();
+    }
+  }
+
+  async #readPreface(): Promise<boolean> {
+    let got: Uint8Array = new Uint8Array(0);
+    while (got.byteLength < PREFACE.byteLength) {
+      const chunk = await this.#io.read();
+      if (chunk === null || chunk === "expired") return false;
+      got = concat(got, chunk);
+      const n = Math.min(got.byteLength, PREFACE.byteLength);
+      for (let i = 0; i < n; i++) {
+        if (got[i] !== PREFACE[i]) {
+          throw new H2ConnectionError(ErrorCode.PROTOCOL_ERROR, "invalid connection preface");
+        }
+      }
+    }
+    this.#io.unread(got.subarray(PREFACE.byteLength));
+    return true;
+  }
+
+  /** Reads and handles frames until the client ends, goes idle, or errs. */
+  async #readFrames(): Promise<void> {
+    let buf: Uint8Array = new Uint8Array(0);
+    for (;;) {
+      this.#flush();
+      if (this.#goingAway && this.#streams.size === 0) return;
+      const chunk = await this.#io.read();
+      if (chunk === "expired") {
+        this.#pending.push(goawayFrame(this.#lastStream, ErrorCode.NO_ERROR, "idle"));
+        return;
+      }
+      if (chunk === null) return;
+      buf = buf.byteLength ? concat(buf, chunk) : chunk;
+      let at = 0;
+      while (buf.byteLength - at >= FRAME_HEADER) {
+        const length = (buf[at] << 16) | (buf[at + 1] << 8) | buf[at + 2];
+        if (length > MIN_FRAME_SIZE) {
+          throw new H2ConnectionError(ErrorCode.FRAME_SIZE_ERROR, `frame of ${length} bytes`);
+        }
+        if (buf.byteLength - at < FRAME_HEADER + length) break;
+        const type = buf[at + 3];
+        const flags = buf[at + 4];
+        const stream = ((buf[at + 5] & 0x7f) << 24 | buf[at + 6] << 16 | buf[at + 7] << 8 |
+          buf[at + 8]) >>> 0;
+        const payload = buf.subarray(at + FRAME_HEADER, at + FRAME_HEADER + length);
+        at += FRAME_HEADER + length;
+        this.#onFrame(type, flags, stream, payload);
+      }
+      buf = at === buf.byteLength ? new Uint8Array(0) : buf.subarray(at);
+    }
+  }
+
+  #onFrame(type: number, flags: number, id: number, payload: Uint8Array): void {
+    if (this.#block !== null && (type !== FrameType.CONTINUATION || id !== this.#block.stream)) {
+      throw new H2ConnectionError(ErrorCode.PROTOCOL_ERROR, "a header block was interrupted");
+    }
+    switch (type) {
+      case FrameType.DATA:
+        return this.#onData(flags, id, payload);
+      case FrameType.HEADERS:
+        return this.#onHeaders(flags, id, payload);
+      case FrameType.CONTINUATION: {
+        if (this.#block === null) {
+          throw new H2ConnectionError(ErrorCode.PROTOCOL_ERROR, "CONTINUATION without HEADERS");
+        }
+        return this.#addToBlock(payload, flags);
+      }
+      case FrameType.PRIORITY:
+        if (id === 0) throw new H2ConnectionError(ErrorCode.PROTOCOL_ERROR, "PRIORITY on stream 0");
+        if (payload.byteLength !== 5) this.#resetStream(id, ErrorCode.FRAME_SIZE_ERROR);
+        return;
+      case FrameType.RST_STREAM:
+        return this.#onReset(id, payload);
+      case FrameType.SETTINGS:
+        return this.#onSettings(flags, id, payload);
+      case FrameType.PUSH_PROMISE:
+        throw new H2ConnectionError(ErrorCode.PROTOCOL_ERROR, "PUSH_PROMISE from a client");
+      case FrameType.PING:
+        if (id !== 0) throw new H2ConnectionError(ErrorCode.PROTOCOL_ERROR, "PING on a stream");
+        if (payload.byteLength !== 8) {
+          throw new H2ConnectionError(ErrorCode.FRAME_SIZE_ERROR, "PING not 8 bytes long");
+        }
+        if (!(flags & Flag.ACK)) this.#control(frame(FrameType.PING, Flag.ACK, 0, payload));
+        return;
+      case FrameType.GOAWAY:
+        if (id !== 0) throw new H2ConnectionError(ErrorCode.PROTOCOL_ERROR, "GOAWAY on a stream");
+        this.#goingAway = true;
+        return;
+      case FrameType.WINDOW_UPDATE:
+        return this.#onWindowUpdate(id, payload);
+      default:
+        return; // unknown frame types are ignored (RFC 9113 §4.1)
+    }
+  }
+
+  /** Queues a control answer; a client that does not read them is flooding. */
+  #control(bytes: Uint8Array): void {
+    if (this.#io.socket.writableLength > FLOOD_BYTES) {
+      throw new H2ConnectionError(ErrorCode.ENHANCE_YOUR_CALM, "control frames not read");
+    }
+    this.#pending.push(bytes);
+  }
+
+  #flush(): void {
+    if (this.#pending.length === 0 || this.#io.closed) return;
+    const out = this.#pending.length === 1 ? this.#pending[0] : concatAll(this.#pending);
+    this.#pending = [];
+    this.#io.write(out).catch(() => {});
+  }
+
+  /** Strips padding (RFC 9113 §6.1); the payload without it. */
+  #unpad(flags: number, payload: Uint8Array): Uint8Array {
+    if (!(flags & Flag.PADDED)) return payload;
+    const pad = payload[0];
+    if (payload.byteLength === 0 || pad >= payload.byteLength) {
+      throw new H2ConnectionError(ErrorCode.PROTOCOL_ERROR, "padding longer than the frame");
+    }
+    return payload.subarray(1, payload.byteLength - pad);
+  }
+
+  #onData(flags: number, id: number, payload: Uint8Array): void {
+    if (id === 0) throw new H2ConnectionError(ErrorCode.PROTOCOL_ERROR, "DATA on stream 0");
+    if (id > this.#lastStream) {
+      throw new H2ConnectionError(ErrorCode.PROTOCOL_ERROR, "DATA on an idle stream");
+    }
+    // The connection window counts every DATA byte, padding and dropped frames included.
+    this.#connReceived += payload.byteLength;
+    if (this.#connReceived > CONN_WINDOW) {
+      throw new H2ConnectionError(
+        ErrorCode.FLOW_CONTROL_ERROR,
+        "the connection window was overrun",
+      );
+    }
+    if (this.#connReceived >= CONN_WINDOW / 2) {
+      this.#control(windowUpdateFrame(0, this.#connReceived));
+      this.#connReceived = 0;
+    }
+    const stream = this.#streams.get(id);
+    if (stream === undefined || stream.reset) return; // closed: frames in flight are dropped
+    if (stream.remoteClosed) return this.#resetStream(id, ErrorCode.STREAM_CLOSED);
+    stream.recvWindow -= payload.byteLength;
+    if (stream.recvWindow < 0) {
+      throw new H2ConnectionError(ErrorCode.FLOW_CONTROL_ERROR, `stream ${id} window overrun`);
+    }
+    const data = this.#unpad(flags, payload);
+    // Padding counts as read at once.
+    stream.consumed += payload.byteLength - data.byteLength;
+    stream.received += data.byteLength;
+    if (data.byteLength) stream.queue.push(data);
+    if (flags & Flag.END_STREAM) stream.remoteClosed = true;
+    if (
+      stream.length !== null &&
+      (stream.received > stream.length ||
+        (stream.remoteClosed && stream.received !== stream.length))
+    ) {
+      this.#fail(stream, new Error("the request body does not match its content-length"));
+      return this.#resetStream(id, ErrorCode.PROTOCOL_ERROR);
+    }
+    stream.wake?.();
+  }
+
+  #onHeaders(flags: number, id: number, payload: Uint8Array): void {
+    if (id === 0 || id % 2 === 0) {
+      throw new H2ConnectionError(ErrorCode.PROTOCOL_ERROR, `HEADERS on stream ${id}`);
+    }
+    let block = this.#unpad(flags, payload);
+    if (flags & Flag.PRIORITY) {
+      if (block.byteLength < 5) {
+        throw new H2ConnectionError(ErrorCode.FRAME_SIZE_ERROR, "short HEADERS");
+      }
+      block = block.subarray(5);
+    }
+    this.#block = { stream: id, endStream: (flags & Flag.END_STREAM) !== 0, parts: [], size: 0 };
+    this.#addToBlock(block, flags);
+  }
+
+  #addToBlock(part: Uint8Array, flags: number): void {
+    const block = this.#block!;
+    block.size += part.byteLength;
+    if (block.size > MAX_HEADER_BLOCK) {
+      throw new H2ConnectionError(ErrorCode.ENHANCE_YOUR_CALM, "header block too large");
+    }
+    block.parts.push(part);
+    if (!(flags & Flag.END_HEADERS)) return;
+    this.#block = null;
+    const decoded = this.#decoder.decode(
+      block.parts.length === 1 ? block.parts[0] : concatAll(block.parts),
+    );
+    this.#onHeaderBlock(block.stream, block.endStream, decoded.fields);
+  }
+
+  /** A whole header block: a new request, or trailers. */
+  #onHeaderBlock(id: number, endStream: boolean, fields: [string, string][] | null): void {
+    const existing = this.#streams.get(id);
+    if (id <= this.#lastStream) {
+      // A stream already closed or reset: trailers may still have been in flight.
+      if (existing === undefined || existing.reset) return;
+      // Trailers: they end the stream; their fields are not passed on.
+      if (existing.remoteClosed) return this.#resetStream(id, ErrorCode.STREAM_CLOSED);
+      if (!endStream || fields?.some(([k]) => k.startsWith(":"))) {
+        this.#fail(existing, new Error("malformed trailers"));
+        return this.#resetStream(id, ErrorCode.PROTOCOL_ERROR);
+      }
+      existing.remoteClosed = true;
+      if (existing.length !== null && existing.received !== existing.length) {
+        this.#fail(existing, new Error("the request body does not match its content-length"));
+        return this.#resetStream(id, ErrorCode.PROTOCOL_ERROR);
+      }
+      existing.wake?.();
+      return;
+    }
+    this.#lastStream = id;
+    if (this.#goingAway) return; // no new streams after GOAWAY
+    if (this.#streams.size >= MAX_STREAMS) return this.#resetStream(id, ErrorCode.REFUSED_STREAM);
+    this.#opened++;
+    const stream: Stream = {
+      id,
+      sendWindow: this.#peerWindow,
+      recvWindow: STREAM_WINDOW,
+      consumed: 0,
+      received: 0,
+      length: null,
+      queue: [],
+      remoteClosed: endStream,
+      localClosed: false,
+      reset: false,
+      failure: null,
+      wake: null,
+      onReset: null,
+    };
+    this.#streams.set(id, stream);
+    this.#idleSince = null;
+    if (fields === null) {
+      return this.#start(
+        stream,
+        textReply(431, `Request header fields larger than ${MAX_HEADER_LIST} bytes\n`),
+      );
+    }
+    const req = checkRequestFields(fields);
+    if (!req.ok) return this.#start(stream, textReply(400, `Bad request: ${req.why}\n`));
+    if (req.connect) {
+      return this.#start(
+        stream,
+        textReply(405, "CONNECT is not supported inside a bumped connection\n", "connect-refused"),
+      );
+    }
+    stream.length = req.length;
+    if (endStream && req.length !== null && req.length !== 0) {
+      return this.#start(
+        stream,
+        textReply(400, "Bad request: the body is shorter than its content-length\n"),
+      );
+    }
+    const expects = req.headers.some(([k, v]) =>
+      k === "expect" && v.toLowerCase() === "100-continue"
+    );
+    const body = endStream ? null : this.#requestBody(stream, expects);
+    this.#start(
+      stream,
+      this.#handler({
+        method: req.method,
+        url: `https://${req.authority}${req.path}`,
+        headers: req.headers,
+        body,
+        upgrade: null,
+      }).catch((e) => textReply(502, `Bad gateway: ${(e as Error).message}\n`)),
+      req.method,
+    );
+  }
+
+  /** Runs a stream's exchange: the reply once it is ready, then the stream's end. */
+  #start(stream: Stream, reply: H1Reply | Promise<H1Reply>, method = "GET"): void {
+    const task = (async () => {
+      try {
+        await this.#respond(stream, await reply, method);
+        // Answered before the request ended: the rest is not wanted (RFC 9113 §8.1).
+        if (!stream.remoteClosed) this.#resetStream(stream.id, ErrorCode.NO_ERROR);
+      } catch {
+        this.#resetStream(stream.id, ErrorCode.INTERNAL_ERROR);
+      } finally {
+        this.#close(stream);
+        this.#flush();
+      }
+    })();
+    this.#tasks.add(task);
+    task.finally(() => this.#tasks.delete(task));
+  }
+
+  #close(stream: Stream): void {
+    if (this.#streams.get(stream.id) !== stream) return;
+    this.#streams.delete(stream.id);
+    if (this.#streams.size === 0) {
+      this.#idleSince = performance.now();
+      if (this.#goingAway) this.#io.expire(); // wakes the reading loop to end
+    }
+  }
+
+  /** The request body: DATA frames as they come, the window reopened as they are read. */
+  #requestBody(stream: Stream, expects: boolean): ReadableStream<Uint8Array> {
+    let asked = false;
+    return new ReadableStream<Uint8Array>({
+      pull: async (controller) => {
+        if (!asked) {
+          asked = true;
+          // The client waits for this before sending the body.
+          if (expects) await this.#writeHead(stream, 100, [], false);
+        }
+        while (stream.queue.length === 0) {
+          if (stream.failure) throw stream.failure;
+          if (stream.remoteClosed) return controller.close();
+          await new Promise<void>((resolve) => stream.wake = resolve);
+          stream.wake = null;
+        }
+        const chunk = stream.queue.shift()!;
+        stream.consumed += chunk.byteLength;
+        if (stream.consumed >= STREAM_WINDOW / 2 && !stream.remoteClosed && !stream.reset) {
+          this.#control(windowUpdateFrame(stream.id, stream.consumed));
+          stream.recvWindow += stream.consumed;
+          stream.consumed = 0;
+          this.#flush();
+        }
+        controller.enqueue(chunk);
+      },
+      cancel: () => {
+        stream.queue = [];
+      },
+    }, { highWaterMark: 0 });
+  }
+
+  #fail(stream: Stream, error: Error): void {
+    stream.failure ??= error;
+    stream.queue = [];
+    stream.wake?.();
+  }
+
+  /** Ends a stream at once: its body fails, its reply stops. */
+  #abort(stream: Stream, error: Error): void {
+    stream.reset = true;
+    this.#fail(stream, error);
+    stream.onReset?.();
+    this.#notifyWindows();
+  }
+
+  #resetStream(id: number, code: number): void {
+    const stream = this.#streams.get(id);
+    if (stream) {
+      if (stream.reset) return;
+      stream.localClosed = true;
+      this.#abort(stream, new Error(`stream ${id} was reset`));
+    }
+    this.#control(rstStreamFrame(id, code));
+  }
+
+  #onReset(id: number, payload: Uint8Array): void {
+    if (payload.byteLength !== 4) {
+      throw new H2ConnectionError(ErrorCode.FRAME_SIZE_ERROR, "RST_STREAM not 4 bytes");
+    }
+    if (id === 0 || id > this.#lastStream) {
+      throw new H2ConnectionError(ErrorCode.PROTOCOL_ERROR, `RST_STREAM on idle stream ${id}`);
+    }
+    const stream = this.#streams.get(id);
+    if (stream === undefined || stream.reset) return;
+    // Resetting streams as fast as they are opened costs us work and them nothing.
+    if (++this.#resets > RESET_ALLOWANCE && this.#resets * 2 > this.#opened) {
+      throw new H2ConnectionError(ErrorCode.ENHANCE_YOUR_CALM, "too many streams reset");
+    }
+    stream.localClosed = true;
+    stream.remoteClosed = true;
+    this.#abort(stream, new Error(`stream ${id} was reset by the client`));
+  }
+
+  #onSettings(flags: number, id: number, payload: Uint8Array): void {
+    if (id !== 0) throw new H2ConnectionError(ErrorCode.PROTOCOL_ERROR, "SETTINGS on a stream");
+    if (flags & Flag.ACK) {
+      if (payload.byteLength !== 0) {
+        throw new H2ConnectionError(ErrorCode.FRAME_SIZE_ERROR, "SETTINGS ACK with a payload");
+      }
+      return;
+    }
+    for (const [key, value] of parseSettings(payload)) {
+      if (key === Setting.INITIAL_WINDOW_SIZE) {
+        const delta = value - this.#peerWindow;
+        this.#peerWindow = value;
+        for (const stream of this.#streams.values()) {
+          stream.sendWindow += delta;
+          if (stream.sendWindow > MAX_WINDOW) {
+            throw new H2ConnectionError(ErrorCode.FLOW_CONTROL_ERROR, "a stream window overflowed");
+          }
+        }
+      } else if (key === Setting.MAX_FRAME_SIZE) this.#peerFrameSize = value;
+    }
+    this.#control(frame(FrameType.SETTINGS, Flag.ACK, 0));
+    this.#notifyWindows();
+  }
+
+  #onWindowUpdate(id: number, payload: Uint8Array): void {
+    if (payload.byteLength !== 4) {
+      throw new H2ConnectionError(ErrorCode.FRAME_SIZE_ERROR, "WINDOW_UPDATE not 4 bytes");
+    }
+    const increment =
+      ((payload[0] & 0x7f) << 24 | payload[1] << 16 | payload[2] << 8 | payload[3]) >>>
+      0;
+    if (id === 0) {
+      if (increment === 0) {
+        throw new H2ConnectionError(ErrorCode.PROTOCOL_ERROR, "WINDOW_UPDATE of 0");
+      }
+      this.#connSendWindow += increment;
+      if (this.#connSendWindow > MAX_WINDOW) {
+        throw new H2ConnectionError(
+          ErrorCode.FLOW_CONTROL_ERROR,
+          "the connection window overflowed",
+        );
+      }
+    } else {
+      if (id > this.#lastStream) {
+        throw new H2ConnectionError(ErrorCode.PROTOCOL_ERROR, `WINDOW_UPDATE on idle stream ${id}`);
+      }
+      const stream = this.#streams.get(id);
+      if (stream === undefined || stream.localClosed) return;
+      if (increment === 0) return this.#resetStream(id, ErrorCode.PROTOCOL_ERROR);
+      stream.sendWindow += increment;
+      if (stream.sendWindow > MAX_WINDOW) {
+        return this.#resetStream(id, ErrorCode.FLOW_CONTROL_ERROR);
+      }
+    }
+    this.#notifyWindows();
+  }
+
+  #notifyWindows(): void {
+    const waiters = [...this.#windowWaiters];
+    this.#windowWaiters.clear();
+    for (const wake of waiters) wake();
+  }
+
+  /** The response fields as a header block, split into HEADERS and CONTINUATION frames. */
+  #headFrames(
+    stream: Stream,
+    status: number,
+    headers: [string, string][],
+    endStream: boolean,
+  ): Uint8Array {
+    const fields: [string, string][] = [[":status", String(status)]];
+    for (const [k, v] of headers) {
+      const name = k.toLowerCase();
+      if (!CONNECTION_SPECIFIC.has(name) && NAME.test(name) && FIELD_VALUE.test(v)) {
+        fields.push([name, v]);
+      }
+    }
+    // Every block starts with a table size update to 0: the encoder keeps no
+    // table, and the client may lower its size at any time (RFC 7541 §4.2).
+    const block = concat(TABLE_SIZE_ZERO, this.#encoder.encode(fields));
+    const max = this.#peerFrameSize;
+    const count = Math.max(1, Math.ceil(block.byteLength / max));
+    const out = new Uint8Array(block.byteLength + count * FRAME_HEADER);
+    let at = 0;
+    for (let i = 0; i < count; i++) {
+      const part = block.subarray(i * max, (i + 1) * max);
+      const last = i === count - 1;
+      const flags = (last ? Flag.END_HEADERS : 0) | (i === 0 && endStream ? Flag.END_STREAM : 0);
+      putFrameHeader(
+        out,
+        at,
+        part.byteLength,
+        i === 0 ? FrameType.HEADERS : FrameType.CONTINUATION,
+        flags,
+        stream.id,
+      );
+      out.set(part, at + FRAME_HEADER);
+      at += FRAME_HEADER + part.byteLength;
+    }
+    return out;
+  }
+
+  async #writeHead(
+    stream: Stream,
+    status: number,
+    headers: [string, string][],
+    endStream: boolean,
+  ) {
+    if (stream.reset) throw new Error(`stream ${stream.id} was reset`);
+    if (endStream) stream.localClosed = true;
+    await this.#io.write(this.#headFrames(stream, status, headers, endStream));
+  }
+
+  /** Writes a reply: HEADERS, then the body as DATA within the flow-control windows. */
+  async #respond(stream: Stream, reply: H1Reply, method: string): Promise<void> {
+    if (reply.tunnel || reply.status < 200) {
+      // No protocol switch on HTTP/2 (RFC 9113 §8.6).
+      if (reply.tunnel) closeQuietly(reply.tunnel.conn);
+      reply = textReply(502, "Bad gateway: the origin switched protocols\n");
+    }
+    const bodiless = method === "HEAD" || reply.status === 204 || reply.status === 304;
+    const length = reply.sized?.length ??
+      (reply.body instanceof Uint8Array
+        ? reply.body.byteLength
+        : reply.body === null
+        ? 0
+        : reply.length);
+    // Without a body, a length describes the resource: the origin's own is kept.
+    const headers = bodiless
+      ? reply.headers
+      : reply.headers.filter(([k]) => k !== "content-length");
+    if (!bodiless && length !== null) headers.push(["content-length", String(length)]);
+    stream.onReset = () => {
+      if (reply.sized) closeQuietly(reply.sized.conn);
+      if (reply.body instanceof ReadableStream) reply.body.cancel().catch(() => {});
+    };
+    try {
+      if (bodiless || (reply.body === null && !reply.sized)) {
+        return await this.#writeHead(stream, reply.status, headers, true);
+      }
+      const head = this.#headFrames(stream, reply.status, headers, false);
+      if (reply.body instanceof Uint8Array) {
+        return await this.#writeData(stream, reply.body, true, head);
+      }
+      if (reply.sized) {
+        const { conn, buffered } = reply.sized;
+        const rest = reply.sized.length - buffered.byteLength;
+        await this.#writeData(stream, buffered, rest === 0, head);
+        let sent = 0;
+        for await (const piece of gatheredReads(conn, rest)) {
+          sent += piece.byteLength;
+          await this.#writeData(stream, piece, sent === rest);
+        }
+        if (sent !== rest) throw new Error("the body ended before its length");
+        return;
+      }
+      await this.#io.write(head);
+      // Each chunk goes out as it comes (a stream of events must not wait for the next).
+      for await (const chunk of reply.body as ReadableStream<Uint8Array>) {
+        if (chunk.byteLength) await this.#writeData(stream, chunk, false);
+      }
+      await this.#writeData(stream, new Uint8Array(0), true);
+    } finally {
+      stream.onReset = null;
+      if (reply.sized) closeQuietly(reply.sized.conn);
+    }
+  }
+
+  /**
+   * Writes body bytes as DATA frames of at most the client's frame size,
+   * waiting for window. `head` (HEADERS) goes out in the same write as the
+   * first frames, or alone when there is no window yet.
+   */
+  async #writeData(
+    stream: Stream,
+    data: Uint8Array,
+    end: boolean,
+    head?: Uint8Array,
+  ): Promise<void> {
+    let prefix = head;
+    if (prefix && (data.byteLength === 0 && !end || this.#room(stream) <= 0)) {
+      await this.#io.write(prefix);
+      prefix = undefined;
+    }
+    let at = 0;
+    while (at < data.byteLength || (end && !stream.localClosed)) {
+      const n = Math.min(await this.#window(stream, data.byteLength - at), data.byteLength - at);
+      const size = this.#peerFrameSize;
+      const frames = Math.max(1, Math.ceil(n / size));
+      const lead = prefix?.byteLength ?? 0;
+      const out = new Uint8Array(lead + n + frames * FRAME_HEADER);
+      if (prefix) out.set(prefix);
+      prefix = undefined;
+      let o = lead;
+      for (let i = 0; i < frames; i++) {
+        const part = Math.min(size, n - i * size);
+        const final = end && at + part === data.byteLength;
+        if (final) stream.localClosed = true;
+        putFrameHeader(out, o, part, FrameType.DATA, final ? Flag.END_STREAM : 0, stream.id);
+        out.set(data.subarray(at, at + part), o + FRAME_HEADER);
+        o += FRAME_HEADER + part;
+        at += part;
+      }
+      stream.sendWindow -= n;
+      this.#connSendWindow -= n;
+      await this.#io.write(out);
+    }
+  }
+
+  #room(stream: Stream): number {
+    return Math.min(stream.sendWindow, this.#connSendWindow);
+  }
+
+  /** Waits until the stream and the connection allow sending; the bytes allowed (0 for none wanted). */
+  async #window(stream: Stream, wanted: number): Promise<number> {
+    for (;;) {
+      if (stream.reset) throw new Error(`stream ${stream.id} was reset`);
+      if (this.#io.closed) throw new Error("the client connection is closed");
+      const room = this.#room(stream);
+      if (wanted === 0 || room > 0) return Math.max(0, room);
+      await new Promise<void>((resolve) => this.#windowWaiters.add(resolve));
+    }
+  }
+}
+
+function concat(a: Uint8Array, b: Uint8Array): Uint8Array {
+  if (a.byteLength === 0) return b;
+  const out = new Uint8Array(a.byteLength + b.byteLength);
+  out.set(a);
+  out.set(b, a.byteLength);
+  return out;
+}
+
+function concatAll(parts: Uint8Array[]): Uint8Array {
+  let size = 0;
+  for (const p of parts) size += p.byteLength;
+  const out = new Uint8Array(size);
+  let at = 0;
+  for (const p of parts) {
+    out.set(p, at);
+    at += p.byteLength;
+  }
+  return out;
+}
