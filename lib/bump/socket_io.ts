@@ -192,28 +192,48 @@ export async function* gatheredReads(
     let given = 0;
     let pending: Promise<number | null> | null = null;
     let ended = false;
-    while (buf.byteLength - filled >= FULL_READ) {
-      const reading: Promise<number | null> = pending ?? conn.read(buf.subarray(filled));
-      pending = null;
-      const n = filled > given ? await withinTick(reading) : await reading;
-      if (n === "late") {
-        // The read goes on into the rest of the buffer while this part is used.
-        reading.catch(() => {}); // the consumer may stop here and close the connection
-        pending = reading;
-        yield buf.subarray(given, filled);
-        given = filled;
-        continue;
+    // Gathered bytes wait at most one timer tick: one timer per piece, not per read.
+    let tick: Tick | null = null;
+    try {
+      while (buf.byteLength - filled >= FULL_READ) {
+        const reading: Promise<number | null> = pending ?? conn.read(buf.subarray(filled));
+        pending = null;
+        if (filled > given) tick ??= new Tick();
+        const n = tick ? await Promise.race([reading, tick.late]) : await reading;
+        if (n === "late") {
+          // The read goes on into the rest of the buffer while this part is used.
+          reading.catch(() => {}); // the consumer may stop here and close the connection
+          pending = reading;
+          tick = null;
+          yield buf.subarray(given, filled);
+          given = filled;
+          continue;
+        }
+        if (n === null) {
+          ended = true;
+          break;
+        }
+        filled += n;
+        if (n < FULL_READ) break;
       }
-      if (n === null) {
-        ended = true;
-        break;
-      }
-      filled += n;
-      if (n < FULL_READ) break;
+    } finally {
+      tick?.cancel();
     }
     copied += filled;
     if (filled > given) yield buf.subarray(given, filled);
     if (ended) return;
+  }
+}
+
+/** A promise that settles "late" after one timer tick, unless cancelled first. */
+class Tick {
+  readonly late: Promise<"late">;
+  #timer: ReturnType<typeof setTimeout> | undefined;
+  constructor() {
+    this.late = new Promise((resolve) => this.#timer = setTimeout(() => resolve("late"), 0));
+  }
+  cancel(): void {
+    clearTimeout(this.#timer);
   }
 }
 
@@ -229,13 +249,6 @@ export async function copyToSocket(
     copied += piece.byteLength;
   }
   return copied;
-}
-
-/** The read's result, or "late" when it has not completed within a timer tick. */
-function withinTick(reading: Promise<number | null>): Promise<number | null | "late"> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const late = new Promise<"late">((resolve) => timer = setTimeout(() => resolve("late"), 0));
-  return Promise.race([reading, late]).finally(() => clearTimeout(timer));
 }
 
 /**
