@@ -391,8 +391,15 @@ class H2Connection {
     }
     this.#lastStream = id;
     if (this.#goingAway) return; // no new streams after GOAWAY
-    if (this.#streams.size >= MAX_STREAMS) return this.#resetStream(id, ErrorCode.REFUSED_STREAM);
     this.#opened++;
+    if (this.#streams.size >= MAX_STREAMS) {
+      // Reset streams hold their slots until their handlers end: a flood of
+      // HEADERS and RST_STREAM lands here once the slots are full, so a
+      // refused stream counts as a reset (and the client's own RST_STREAM
+      // on it, which finds no stream, does not count again).
+      this.#countReset();
+      return this.#resetStream(id, ErrorCode.REFUSED_STREAM);
+    }
     const stream: Stream = {
       id,
       sendWindow: this.#peerWindow,
@@ -540,13 +547,17 @@ class H2Connection {
     }
     const stream = this.#streams.get(id);
     if (stream === undefined || stream.reset) return;
-    // Resetting streams as fast as they are opened costs us work and them nothing.
-    if (++this.#resets > RESET_ALLOWANCE && this.#resets * 2 > this.#opened) {
-      throw new H2ConnectionError(ErrorCode.ENHANCE_YOUR_CALM, "too many streams reset");
-    }
+    this.#countReset();
     stream.localClosed = true;
     stream.remoteClosed = true;
     this.#abort(stream, new Error(`stream ${id} was reset by the client`));
+  }
+
+  /** Resetting streams as fast as they are opened costs us work and them nothing. */
+  #countReset(): void {
+    if (++this.#resets > RESET_ALLOWANCE && this.#resets * 2 > this.#opened) {
+      throw new H2ConnectionError(ErrorCode.ENHANCE_YOUR_CALM, "too many streams reset");
+    }
   }
 
   #onSettings(flags: number, id: number, payload: Uint8Array): void {
