@@ -30,6 +30,9 @@ const ENHANCE_YOUR_CALM = 0xb;
 
 const BIG = new Uint8Array(4 << 20).map((_, i) => (i * 131 + (i >> 12)) & 0xff);
 
+/** How each /allowed/hang request ended at the origin. */
+const hangs: string[] = [];
+
 /** The origin: `origin <path>`, plus a few paths that do more. */
 async function originHandler(req: Request): Promise<Response> {
   const path = new URL(req.url).pathname;
@@ -41,6 +44,18 @@ async function originHandler(req: Request): Promise<Response> {
   if (path === "/allowed/slow") {
     await new Promise((resolve) => setTimeout(resolve, 400));
     return new Response("slow\n");
+  }
+  if (path === "/allowed/hang") {
+    // Answers after 5 s, unless the proxy gives the request up first.
+    const gaveUp = await new Promise<boolean>((resolve) => {
+      const timer = setTimeout(() => resolve(false), 5000);
+      req.signal.addEventListener("abort", () => {
+        clearTimeout(timer);
+        resolve(true);
+      });
+    });
+    hangs.push(gaveUp ? "given up" : "answered");
+    return new Response("late\n");
   }
   if (path === "/allowed/echo") return new Response(`x-after: ${req.headers.get("x-after")}\n`);
   return new Response(`origin ${path}\n`);
@@ -533,6 +548,36 @@ Deno.test({
         assert.deepEqual([s.status, s.body, s.ended, s.reset], [200, "slow\n", true, null]);
       }
       assert.equal(f.originPaths().length, 2);
+    }),
+});
+
+Deno.test({
+  name: "h2: a stream the client resets gives up its request to the origin at once",
+  ignore,
+  fn: () =>
+    withFixture(async (f) => {
+      hangs.length = 0;
+      const r = await runH2(f, {
+        steps: [
+          headers(1, request("/allowed/hang")),
+          { op: "sleep", ms: 200 },
+          { op: "reset", stream: 1, code: 8 },
+          headers(3, request("/allowed/x")),
+          { op: "wait", streams: [3] },
+        ],
+      });
+      clean(r);
+      assert.equal(stream(r, 3).status, 200);
+      assert.equal(stream(r, 1).status, null, "no answer on the reset stream");
+      // The origin sees its connection closed, long before it would answer.
+      await until(() => hangs.length === 1, "the origin's end of /allowed/hang", 2000);
+      assert.deepEqual(hangs, ["given up"]);
+      await until(() => f.logs.length === 2, "both log entries");
+      const hang = f.logs.find((e) => e.url === "https://api.github.com/allowed/hang");
+      assert.deepEqual(
+        [hang?.decision, hang?.status, hang?.reason],
+        ["allowed", null, "cancelled by the client"],
+      );
     }),
 });
 

@@ -28,6 +28,8 @@ export interface H1Request {
   body: ReadableStream<Uint8Array> | null;
   /** The protocol asked for in `Upgrade` (with `Connection: upgrade`), or null. */
   upgrade: string | null;
+  /** Aborted when the client gave up on the request (an HTTP/2 stream reset). */
+  signal?: AbortSignal;
 }
 
 /** A reply to write. */

@@ -93,6 +93,8 @@ interface Stream {
   wake: (() => void) | null;
   /** Stops the response being produced (a reset). */
   onReset: (() => void) | null;
+  /** Aborted when the stream is reset: the handler's work is not wanted any more. */
+  cancel: AbortController;
 }
 
 /** A reply of the server's own: text, with `X-Proxy-Error` when given. */
@@ -414,6 +416,7 @@ class H2Connection {
       failure: null,
       wake: null,
       onReset: null,
+      cancel: new AbortController(),
     };
     this.#streams.set(id, stream);
     this.#idleSince = null;
@@ -450,6 +453,7 @@ class H2Connection {
         headers: req.headers,
         body,
         upgrade: null,
+        signal: stream.cancel.signal,
       }).catch((e) => textReply(502, `Bad gateway: ${(e as Error).message}\n`)),
       req.method,
     );
@@ -525,6 +529,7 @@ class H2Connection {
     stream.reset = true;
     this.#fail(stream, error);
     stream.onReset?.();
+    stream.cancel.abort(error);
     this.#notifyWindows();
   }
 

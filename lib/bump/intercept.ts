@@ -21,7 +21,12 @@ import type { Leaf } from "./ca.ts";
 import { decideUrl, type UrlPattern } from "./url_pattern.ts";
 import { type ByteConn, closeQuietly } from "./conn_io.ts";
 import { type AccessLogEntry, logTime } from "./access_log.ts";
-import { HOP_BY_HOP, type OriginClient, type OriginResponse } from "./origin_client.ts";
+import {
+  HOP_BY_HOP,
+  type OriginClient,
+  type OriginResponse,
+  RequestCancelled,
+} from "./origin_client.ts";
 import { NodeConn } from "./node_conn.ts";
 import { SocketIo } from "./socket_io.ts";
 import { fieldTokens, HEAD_TIMEOUT_MS } from "./http_head.ts";
@@ -189,7 +194,7 @@ export class Interceptor {
       return Promise.resolve(verdict);
     }
     const upgrade = req.upgrade?.toLowerCase() === "websocket" ? "websocket" : undefined;
-    return this.#forward(ctx, verdict, req.method, req.headers, req.body, upgrade);
+    return this.#forward(ctx, verdict, req, upgrade);
   }
 
   /**
@@ -272,9 +277,7 @@ export class Interceptor {
   async #forward(
     ctx: ConnContext,
     allowed: Allowed,
-    method: string,
-    headers: Iterable<[string, string]>,
-    body: ReadableStream<Uint8Array> | null,
+    { method, headers, body, signal }: H1Request,
     upgrade?: string,
   ): Promise<H1Reply> {
     let bytesOut = 0;
@@ -289,8 +292,15 @@ export class Interceptor {
         body,
         onBodyBytes: (n) => bytesOut = n,
         upgrade,
+        signal,
       });
     } catch (e) {
+      if (e instanceof RequestCancelled) {
+        this.#opts.log(
+          allowed.entry(null, { pattern: allowed.pattern, reason: "cancelled by the client" }),
+        );
+        return ownReply(499, "Client Closed Request", "cancelled", "");
+      }
       return this.#upstreamError(allowed, e);
     }
     const { pattern } = allowed;

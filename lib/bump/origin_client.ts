@@ -34,6 +34,12 @@ export interface OriginRequest {
   onBodyBytes?: (n: number) => void;
   /** Asks to switch protocols (`Upgrade`, e.g. "websocket"). */
   upgrade?: string;
+  /**
+   * Aborted when the client gave up on the request: until the response head
+   * has come, the origin connection is then closed (not reused) and the
+   * request fails.
+   */
+  signal?: AbortSignal;
 }
 
 /** An origin's response. */
@@ -284,12 +290,22 @@ export class OriginClient {
         ? this.#takeIdle(key) ?? await this.#takeWarming(key)
         : undefined;
       const oc = pooled ?? await this.#dial(req.host, req.port, key);
+      const { signal } = req;
+      if (signal?.aborted) {
+        this.#release(oc);
+        throw new RequestCancelled(signal.reason);
+      }
+      const cancel = () => oc.close();
+      signal?.addEventListener("abort", cancel);
       try {
         return await this.#exchange(oc, req);
       } catch (err) {
         oc.close();
+        if (signal?.aborted) throw new RequestCancelled(err);
         if (pooled && req.body === null && err instanceof StaleConnection) continue;
         throw err instanceof StaleConnection ? err.cause : err;
+      } finally {
+        signal?.removeEventListener("abort", cancel);
       }
     }
   }
@@ -490,6 +506,13 @@ export class OriginClient {
       }
       scanned = oc.start + Math.max(0, offset - 3);
     }
+  }
+}
+
+/** The client gave up on the request ({@linkcode OriginRequest.signal}). */
+export class RequestCancelled extends Error {
+  constructor(cause: unknown) {
+    super("the client cancelled the request", { cause });
   }
 }
 
