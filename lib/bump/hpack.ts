@@ -176,7 +176,9 @@ function readInt(buf: Uint8Array, mask: number): number {
   let factor = 1;
   for (let n = 0;; n++) {
     if (cursor >= buf.length) throw new HpackError(`Truncated HPACK integer at offset: ${start}`);
-    if (n === 5) throw new HpackError(`HPACK integer longer than 5 continuation bytes at offset: ${start}`);
+    if (n === 5) {
+      throw new HpackError(`HPACK integer longer than 5 continuation bytes at offset: ${start}`);
+    }
     const b = buf[cursor++];
     value += (b & 0x7f) * factor;
     factor *= 128;
@@ -318,7 +320,9 @@ function huffmanDecode(buf: Uint8Array, start: number, end: number, at: number):
       const k = code - FIRST_CODE[length];
       if (k < CODE_COUNT[length]) {
         const symbol = HUFFMAN_SYMBOLS[SYMBOL_OFFSET[length] + k];
-        if (symbol === EOS) throw new HpackError(`HPACK Huffman string contains EOS at offset: ${at}`);
+        if (symbol === EOS) {
+          throw new HpackError(`HPACK Huffman string contains EOS at offset: ${at}`);
+        }
         out[n++] = symbol;
         break;
       }
@@ -455,7 +459,9 @@ export class HpackDecoder {
       } else if (b >= 0x20) {
         // §6.3 dynamic table size update
         if (sizeUpdates === -1) {
-          throw new HpackError(`HPACK dynamic table size update after a header field at offset: ${at}`);
+          throw new HpackError(
+            `HPACK dynamic table size update after a header field at offset: ${at}`,
+          );
         }
         if (++sizeUpdates > 2) {
           throw new HpackError(`More than two HPACK dynamic table size updates at offset: ${at}`);
@@ -502,9 +508,7 @@ export class HpackDecoder {
   }
 
   #name(index: number): string {
-    return index <= STATIC_COUNT
-      ? STATIC_NAMES[index - 1]
-      : this.#names[this.#dynamicSlot(index)];
+    return index <= STATIC_COUNT ? STATIC_NAMES[index - 1] : this.#names[this.#dynamicSlot(index)];
   }
 
   /** Adds an entry (§4.4): evicts the oldest entries to make room, or empties the table. */
