@@ -17,38 +17,7 @@ import { chunkSize, errorResponse, fieldTokens, HEAD_TIMEOUT_MS, MAX_HEAD } from
 import { FIELD_VALUE, type ParsedHead, parseRequestHead, TOKEN } from "./request_head.ts";
 import { copyToSocket, relay, type SocketIo } from "./socket_io.ts";
 import { closeQuietly } from "./conn_io.ts";
-
-/** A request as read off the connection. */
-export interface H1Request {
-  method: string;
-  /** The URL: the absolute-form target, or `https://` + Host + the origin-form target. */
-  url: string;
-  /** Fields with lower-case names, in order. */
-  headers: [string, string][];
-  body: ReadableStream<Uint8Array> | null;
-  /** The protocol asked for in `Upgrade` (with `Connection: upgrade`), or null. */
-  upgrade: string | null;
-  /** Aborted when the client gave up on the request (an HTTP/2 stream reset). */
-  signal?: AbortSignal;
-}
-
-/** A reply to write. */
-export interface H1Reply {
-  status: number;
-  statusText: string;
-  /** End-to-end fields; the server sets the framing fields itself. */
-  headers: [string, string][];
-  body: Uint8Array | ReadableStream<Uint8Array> | null;
-  /** The body's length when known in advance. */
-  length: number | null;
-  /** With a 101: the connection to relay to, and bytes it already sent. */
-  tunnel?: { conn: Deno.Conn; buffered: Uint8Array };
-  /** Instead of `body`: `length` bytes, `buffered` first, then read off `conn` (closed after). */
-  sized?: { conn: Deno.Conn; length: number; buffered: Uint8Array };
-}
-
-/** Answers one request. Its errors close the connection after a 502. */
-export type H1Handler = (req: H1Request) => Promise<H1Reply>;
+import type { BumpHandler, BumpReply } from "./exchange.ts";
 
 const enc = new TextEncoder();
 const latin1 = new TextDecoder("latin1");
@@ -166,7 +135,7 @@ async function refuse(io: SocketIo, status: number, reason: string, body: string
 /** Serves requests on one connection until it ends; never throws. */
 export async function serveH1(
   io: SocketIo,
-  handler: H1Handler,
+  handler: BumpHandler,
   options: { headTimeoutMs?: number } = {},
 ): Promise<void> {
   const timeout = options.headTimeoutMs ?? HEAD_TIMEOUT_MS;
@@ -215,7 +184,7 @@ export async function serveH1(
 async function exchange(
   io: SocketIo,
   req: Extract<ParsedHead, { ok: true }>,
-  handler: H1Handler,
+  handler: BumpHandler,
 ): Promise<boolean> {
   const host = req.headers.find(([k]) => k === "host")?.[1] ?? "";
   if (req.target.startsWith("https://")) {
@@ -236,7 +205,7 @@ async function exchange(
     ? req.headers.find(([k]) => k === "upgrade")?.[1] ?? null
     : null;
 
-  let reply: H1Reply;
+  let reply: BumpReply;
   try {
     reply = await handler({
       method: req.method,
@@ -328,7 +297,7 @@ async function exchange(
   return keepAlive && body.done;
 }
 
-function headText(reply: Pick<H1Reply, "status" | "statusText" | "headers">, extra: string) {
+function headText(reply: Pick<BumpReply, "status" | "statusText" | "headers">, extra: string) {
   const reason = FIELD_VALUE.test(reply.statusText) ? reply.statusText : "";
   let head = `HTTP/1.1 ${reply.status} ${reason}\r\n`;
   for (const [k, v] of reply.headers) {
@@ -337,6 +306,6 @@ function headText(reply: Pick<H1Reply, "status" | "statusText" | "headers">, ext
   return head + extra + "\r\n";
 }
 
-async function writeHead(io: SocketIo, reply: H1Reply, extra: string): Promise<void> {
+async function writeHead(io: SocketIo, reply: BumpReply, extra: string): Promise<void> {
   await io.write(enc.encode(headText(reply, extra)));
 }

@@ -40,7 +40,7 @@ import { FIELD_VALUE } from "./request_head.ts";
 import { gatheredReads, type SocketIo } from "./socket_io.ts";
 import { closeQuietly } from "./conn_io.ts";
 import { HEAD_TIMEOUT_MS } from "./http_head.ts";
-import type { H1Handler, H1Reply } from "./h1_server.ts";
+import type { BumpHandler, BumpReply } from "./exchange.ts";
 
 /** The most streams a client may have open at once. */
 export const MAX_STREAMS = 100;
@@ -98,7 +98,7 @@ interface Stream {
 }
 
 /** A reply of the server's own: text, with `X-Proxy-Error` when given. */
-function textReply(status: number, text: string, proxyError?: string): H1Reply {
+function textReply(status: number, text: string, proxyError?: string): BumpReply {
   const body = enc.encode(text);
   const headers: [string, string][] = [["content-type", "text/plain; charset=utf-8"]];
   if (proxyError) headers.unshift(["x-proxy-error", proxyError]);
@@ -108,7 +108,7 @@ function textReply(status: number, text: string, proxyError?: string): H1Reply {
 /** Serves one HTTP/2 connection until it ends; never throws. */
 export async function serveH2(
   io: SocketIo,
-  handler: H1Handler,
+  handler: BumpHandler,
   options: { headTimeoutMs?: number } = {},
 ): Promise<void> {
   await new H2Connection(io, handler, options.headTimeoutMs ?? HEAD_TIMEOUT_MS).serve();
@@ -116,7 +116,7 @@ export async function serveH2(
 
 class H2Connection {
   #io: SocketIo;
-  #handler: H1Handler;
+  #handler: BumpHandler;
   #timeout: number;
   #decoder = new HpackDecoder({ maxTableSize: 4096, maxHeaderListSize: MAX_HEADER_LIST });
   #encoder = new HpackEncoder();
@@ -138,7 +138,7 @@ class H2Connection {
   #goingAway = false;
   #idleSince: number | null = performance.now();
 
-  constructor(io: SocketIo, handler: H1Handler, timeout: number) {
+  constructor(io: SocketIo, handler: BumpHandler, timeout: number) {
     this.#io = io;
     this.#handler = handler;
     this.#timeout = timeout;
@@ -460,7 +460,7 @@ class H2Connection {
   }
 
   /** Runs a stream's exchange: the reply once it is ready, then the stream's end. */
-  #start(stream: Stream, reply: H1Reply | Promise<H1Reply>, method = "GET"): void {
+  #start(stream: Stream, reply: BumpReply | Promise<BumpReply>, method = "GET"): void {
     const task = (async () => {
       try {
         await this.#respond(stream, await reply, method);
@@ -679,7 +679,7 @@ class H2Connection {
   }
 
   /** Writes a reply: HEADERS, then the body as DATA within the flow-control windows. */
-  async #respond(stream: Stream, reply: H1Reply, method: string): Promise<void> {
+  async #respond(stream: Stream, reply: BumpReply, method: string): Promise<void> {
     if (reply.tunnel || reply.status < 200) {
       // No protocol switch on HTTP/2 (RFC 9113 §8.6).
       if (reply.tunnel) closeQuietly(reply.tunnel.conn);

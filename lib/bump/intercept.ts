@@ -30,7 +30,8 @@ import {
 import { NodeConn } from "./node_conn.ts";
 import { SocketIo } from "./socket_io.ts";
 import { fieldTokens, HEAD_TIMEOUT_MS } from "./http_head.ts";
-import { type H1Reply, type H1Request, serveH1 } from "./h1_server.ts";
+import type { BumpReply, BumpRequest } from "./exchange.ts";
+import { serveH1 } from "./h1_server.ts";
 import { serveH2 } from "./h2_server.ts";
 import tls from "node:tls";
 
@@ -79,7 +80,7 @@ interface Allowed {
 const enc = new TextEncoder();
 
 /** A reply of forgekit's own (403, 502): text, with X-Proxy-Error. */
-function ownReply(status: number, statusText: string, reason: string, text: string): H1Reply {
+function ownReply(status: number, statusText: string, reason: string, text: string): BumpReply {
   const body = enc.encode(text);
   return {
     status,
@@ -187,7 +188,7 @@ export class Interceptor {
   }
 
   /** One request, from either server. */
-  #answer(ctx: ConnContext, req: H1Request): Promise<H1Reply> {
+  #answer(ctx: ConnContext, req: BumpRequest): Promise<BumpReply> {
     const verdict = this.#judge(ctx, req.method, req.url, performance.now());
     if (!("target" in verdict)) {
       req.body?.cancel().catch(() => {});
@@ -201,7 +202,7 @@ export class Interceptor {
    * The policy for one request: the reply when it is blocked (already
    * logged), else where it goes.
    */
-  #judge(ctx: ConnContext, method: string, url: string, started: number): H1Reply | Allowed {
+  #judge(ctx: ConnContext, method: string, url: string, started: number): BumpReply | Allowed {
     const raw = splitRawUrl(url);
     const sentUrl = `https://${authorityOf(ctx)}${raw.path}${
       raw.query === "" ? "" : `?${raw.query}`
@@ -277,9 +278,9 @@ export class Interceptor {
   async #forward(
     ctx: ConnContext,
     allowed: Allowed,
-    { method, headers, body, signal }: H1Request,
+    { method, headers, body, signal }: BumpRequest,
     upgrade?: string,
-  ): Promise<H1Reply> {
+  ): Promise<BumpReply> {
     let bytesOut = 0;
     let upstream: OriginResponse;
     try {
@@ -312,7 +313,7 @@ export class Interceptor {
     return upstream;
   }
 
-  #upstreamError(allowed: Allowed, e: unknown): H1Reply {
+  #upstreamError(allowed: Allowed, e: unknown): BumpReply {
     const message = (e as Error).message;
     this.#opts.log(
       allowed.entry(502, { pattern: allowed.pattern, reason: `upstream error: ${message}` }),

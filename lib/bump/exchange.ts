@@ -1,0 +1,42 @@
+/**
+ * One exchange on a bumped connection, as both of forgekit's servers
+ * (`h1_server.ts`, `h2_server.ts`) hand it to the interceptor: the request
+ * read off the client's connection, and the reply to write back.
+ *
+ * @module
+ */
+
+/** A request as read off the connection (HTTP/1.1, or one HTTP/2 stream). */
+export interface BumpRequest {
+  method: string;
+  /** The URL: the absolute-form target, or `https://` + Host + the origin-form target. */
+  url: string;
+  /** Fields with lower-case names, in order. */
+  headers: [string, string][];
+  body: ReadableStream<Uint8Array> | null;
+  /** The protocol asked for in `Upgrade` (with `Connection: upgrade`), or null. */
+  upgrade: string | null;
+  /** Aborted when the client gave up on the request (an HTTP/2 stream reset). */
+  signal?: AbortSignal;
+}
+
+/** A reply to write. */
+export interface BumpReply {
+  status: number;
+  statusText: string;
+  /** End-to-end fields; the server sets the framing fields itself. */
+  headers: [string, string][];
+  body: Uint8Array | ReadableStream<Uint8Array> | null;
+  /** The body's length when known in advance. */
+  length: number | null;
+  /** With a 101: the connection to relay to, and bytes it already sent. */
+  tunnel?: { conn: Deno.Conn; buffered: Uint8Array };
+  /** Instead of `body`: `length` bytes, `buffered` first, then read off `conn` (closed after). */
+  sized?: { conn: Deno.Conn; length: number; buffered: Uint8Array };
+}
+
+/**
+ * Answers one request. A failure becomes a 502 (HTTP/1.1 then closes the
+ * connection; HTTP/2 answers on that stream only).
+ */
+export type BumpHandler = (req: BumpRequest) => Promise<BumpReply>;
