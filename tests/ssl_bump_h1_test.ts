@@ -8,6 +8,7 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { type BumpFixture, curl, startBumpFixture } from "./support/bump.ts";
+import { concat } from "../lib/bump/conn_io.ts";
 
 const enc = new TextEncoder();
 const dec = new TextDecoder();
@@ -169,16 +170,6 @@ class Raw {
 
 function latin1(b: Uint8Array): string {
   return new TextDecoder("latin1").decode(b);
-}
-
-function concat(parts: Uint8Array[]): Uint8Array {
-  const out = new Uint8Array(parts.reduce((n, p) => n + p.byteLength, 0));
-  let at = 0;
-  for (const p of parts) {
-    out.set(p, at);
-    at += p.byteLength;
-  }
-  return out;
 }
 
 async function sha256(bytes: Uint8Array | ArrayBuffer): Promise<string> {

@@ -14,6 +14,21 @@ export interface ByteConn {
   close(): void;
 }
 
+/** The parts in one array (a lone part, or a second after an empty first, as is). */
+export function concat(parts: readonly Uint8Array[]): Uint8Array {
+  if (parts.length === 1) return parts[0];
+  if (parts.length === 2 && parts[0].byteLength === 0) return parts[1];
+  let size = 0;
+  for (const p of parts) size += p.byteLength;
+  const out = new Uint8Array(size);
+  let at = 0;
+  for (const p of parts) {
+    out.set(p, at);
+    at += p.byteLength;
+  }
+  return out;
+}
+
 /** Writes all of `data` (a write may take only part of it). */
 export async function writeAll(conn: ByteConn, data: Uint8Array): Promise<void> {
   for (let off = 0; off < data.length;) off += await conn.write(data.subarray(off));

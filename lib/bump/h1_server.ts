@@ -16,19 +16,11 @@
 import { chunkSize, errorResponse, fieldTokens, HEAD_TIMEOUT_MS, MAX_HEAD } from "./http_head.ts";
 import { FIELD_VALUE, type ParsedHead, parseRequestHead, TOKEN } from "./request_head.ts";
 import { copyToSocket, relay, type SocketIo } from "./socket_io.ts";
-import { closeQuietly } from "./conn_io.ts";
+import { closeQuietly, concat } from "./conn_io.ts";
 import type { BumpHandler, BumpReply } from "./exchange.ts";
 
 const enc = new TextEncoder();
 const latin1 = new TextDecoder("latin1");
-
-function concat(a: Uint8Array, b: Uint8Array): Uint8Array {
-  if (a.byteLength === 0) return b;
-  const out = new Uint8Array(a.byteLength + b.byteLength);
-  out.set(a);
-  out.set(b, a.byteLength);
-  return out;
-}
 
 /** Reads up to the blank line; the bytes after it are put back. */
 async function readHead(io: SocketIo): Promise<string | "idle" | "partial" | "too-large"> {
@@ -38,7 +30,7 @@ async function readHead(io: SocketIo): Promise<string | "idle" | "partial" | "to
     const chunk = await io.read();
     if (chunk === "expired") return acc.byteLength ? "partial" : "idle";
     if (chunk === null) return "idle";
-    acc = concat(acc, chunk);
+    acc = concat([acc, chunk]);
     for (let i = Math.max(3, scanned); i < acc.byteLength; i++) {
       if (acc[i] === 10 && acc[i - 1] === 13 && acc[i - 2] === 10 && acc[i - 3] === 13) {
         io.unread(acc.subarray(i + 1));
@@ -57,7 +49,7 @@ async function readLine(io: SocketIo, limit = 4096): Promise<string> {
     const chunk = await io.read();
     if (chunk === null || chunk === "expired") throw new Error("the request body ended early");
     const from = Math.max(1, acc.byteLength);
-    acc = concat(acc, chunk);
+    acc = concat([acc, chunk]);
     for (let i = from; i < acc.byteLength; i++) {
       if (acc[i] === 10 && acc[i - 1] === 13) {
         io.unread(acc.subarray(i + 1));
@@ -256,7 +248,7 @@ async function exchange(
     try {
       if (bodiless) await io.write(head);
       else {
-        await io.write(concat(head, buffered));
+        await io.write(concat([head, buffered]));
         const copied = await copyToSocket(conn, io, length - buffered.byteLength);
         if (copied !== length - buffered.byteLength) {
           throw new Error("the body ended before its length");
@@ -266,7 +258,7 @@ async function exchange(
       closeQuietly(conn);
     }
   } else if (content === null || content instanceof Uint8Array) {
-    await io.write(content === null ? head : concat(head, content));
+    await io.write(content === null ? head : concat([head, content]));
   } else {
     await io.write(head);
     let sent = 0;

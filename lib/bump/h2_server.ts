@@ -38,7 +38,7 @@ import { HpackDecoder, HpackEncoder, HpackError } from "./hpack.ts";
 import { checkRequestFields } from "./h2_request.ts";
 import { FIELD_VALUE } from "./request_head.ts";
 import { gatheredReads, type SocketIo } from "./socket_io.ts";
-import { closeQuietly } from "./conn_io.ts";
+import { closeQuietly, concat } from "./conn_io.ts";
 import { HEAD_TIMEOUT_MS } from "./http_head.ts";
 import type { BumpHandler, BumpReply } from "./exchange.ts";
 
@@ -188,7 +188,7 @@ class H2Connection {
     while (got.byteLength < PREFACE.byteLength) {
       const chunk = await this.#io.read();
       if (chunk === null || chunk === "expired") return false;
-      got = concat(got, chunk);
+      got = concat([got, chunk]);
       const n = Math.min(got.byteLength, PREFACE.byteLength);
       for (let i = 0; i < n; i++) {
         if (got[i] !== PREFACE[i]) {
@@ -212,7 +212,7 @@ class H2Connection {
         return;
       }
       if (chunk === null) return;
-      buf = buf.byteLength ? concat(buf, chunk) : chunk;
+      buf = buf.byteLength ? concat([buf, chunk]) : chunk;
       let at = 0;
       while (buf.byteLength - at >= FRAME_HEADER) {
         const length = (buf[at] << 16) | (buf[at + 1] << 8) | buf[at + 2];
@@ -285,7 +285,7 @@ class H2Connection {
 
   #flush(): void {
     if (this.#pending.length === 0 || this.#io.closed) return;
-    const out = this.#pending.length === 1 ? this.#pending[0] : concatAll(this.#pending);
+    const out = concat(this.#pending);
     this.#pending = [];
     this.#io.write(out).catch(() => {});
   }
@@ -366,7 +366,7 @@ class H2Connection {
     if (!(flags & Flag.END_HEADERS)) return;
     this.#block = null;
     const decoded = this.#decoder.decode(
-      block.parts.length === 1 ? block.parts[0] : concatAll(block.parts),
+      concat(block.parts),
     );
     this.#onHeaderBlock(block.stream, block.endStream, decoded.fields);
   }
@@ -644,7 +644,7 @@ class H2Connection {
     }
     // Every block starts with a table size update to 0: the encoder keeps no
     // table, and the client may lower its size at any time (RFC 7541 §4.2).
-    const block = concat(TABLE_SIZE_ZERO, this.#encoder.encode(fields));
+    const block = concat([TABLE_SIZE_ZERO, this.#encoder.encode(fields)]);
     const max = this.#peerFrameSize;
     const count = Math.max(1, Math.ceil(block.byteLength / max));
     const out = new Uint8Array(block.byteLength + count * FRAME_HEADER);
@@ -788,24 +788,4 @@ class H2Connection {
       await new Promise<void>((resolve) => this.#windowWaiters.add(resolve));
     }
   }
-}
-
-function concat(a: Uint8Array, b: Uint8Array): Uint8Array {
-  if (a.byteLength === 0) return b;
-  const out = new Uint8Array(a.byteLength + b.byteLength);
-  out.set(a);
-  out.set(b, a.byteLength);
-  return out;
-}
-
-function concatAll(parts: Uint8Array[]): Uint8Array {
-  let size = 0;
-  for (const p of parts) size += p.byteLength;
-  const out = new Uint8Array(size);
-  let at = 0;
-  for (const p of parts) {
-    out.set(p, at);
-    at += p.byteLength;
-  }
-  return out;
 }
