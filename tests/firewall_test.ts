@@ -288,6 +288,35 @@ Deno.test(
   },
 );
 
+Deno.test(
+  "other runs' directories that come and go while the sandbox is set up do not stop it",
+  needsNamespaces,
+  async () => {
+    assertNamespaces();
+    // Other firewall runs starting and ending meanwhile: /tmp/fw-* directories
+    // that exist when the sandbox lists them and are gone when it hides them.
+    let churning = true;
+    const churn = (async () => {
+      for (let i = 0; churning; i++) {
+        const dirs = Array.from({ length: 20 }, (_, k) => `/tmp/fw-churn-${Deno.pid}-${i}-${k}`);
+        for (const d of dirs) Deno.mkdirSync(d);
+        await new Promise((r) => setTimeout(r, 2));
+        for (const d of dirs) Deno.removeSync(d);
+      }
+    })();
+    try {
+      for (let run = 0; run < 4; run++) {
+        const r = await firewall(["--allow-domains", "allowed.example"], sh("echo ran"));
+        assert.equal(r.code, 0, r.stderr);
+        assert.equal(r.stdout, "ran\n");
+      }
+    } finally {
+      churning = false;
+      await churn;
+    }
+  },
+);
+
 Deno.test("--no-sandbox warns and runs COMMAND with only the proxy variables", {
   sanitizeResources: false,
   sanitizeOps: false,

@@ -192,6 +192,19 @@ async function bindFile(
   await run("mount", ["--bind", shadow, parent]);
 }
 
+/** Covers a directory with an empty one, in this mount namespace only. */
+function hideDir(dir: string): Promise<void> {
+  return run("mount", ["-t", "tmpfs", "-o", "size=16k,mode=0700", "tmpfs", dir]);
+}
+
+function existsDir(path: string): boolean {
+  try {
+    return Deno.statSync(path).isDirectory;
+  } catch {
+    return false;
+  }
+}
+
 /** Other `/tmp/fw-*` directories (sessions and logs of other runs). */
 function otherSessionDirs(own: string): string[] {
   const root = dirname(own);
@@ -221,8 +234,14 @@ export async function sandboxInit(specPath: string): Promise<number> {
     for (const b of spec.bindFiles) await bindFile(spec.sessionDir, b.source, b.target, n++);
     // Hide this run's key directory and every other firewall session's
     // directory (their keys, sockets and logs) from the workload.
-    for (const d of [...spec.hideDirs, ...otherSessionDirs(spec.sessionDir)]) {
-      await run("mount", ["-t", "tmpfs", "-o", "size=16k,mode=0700", "tmpfs", d]);
+    for (const d of spec.hideDirs) await hideDir(d);
+    for (const d of otherSessionDirs(spec.sessionDir)) {
+      try {
+        await hideDir(d);
+      } catch (err) {
+        // That run ended (and removed its directory) since the listing: nothing to hide.
+        if (existsDir(d)) throw err;
+      }
     }
     relay = startRelay(spec.socketPath);
   } catch (err) {
