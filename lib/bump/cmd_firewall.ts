@@ -182,7 +182,7 @@ export async function runFirewall(argv: string[]): Promise<number> {
         patterns,
         upstreamCaCerts,
         log: (e) => log.write(e),
-        debug: debug ?? (() => {}),
+        debug,
       });
     }
     const noSandbox = values["no-sandbox"] === true;

@@ -46,7 +46,8 @@ export interface InterceptorOptions {
   /** Upstream requests: pooled HTTP/1.1 connections to origins. */
   origins: OriginClient;
   log: (entry: BumpLogEntry) => void;
-  debug: (line: string) => void;
+  /** Decision lines for `--log-level debug`; absent otherwise (the lines are then not made). */
+  debug?: (line: string) => void;
   /** The most TLS contexts kept (one per host). */
   capacity?: number;
   /** How long a request head may take on an adopted connection. */
@@ -153,7 +154,7 @@ export class Interceptor {
       const io = new SocketIo(socket);
       if (!await handshake(socket, closed, this.#opts.headTimeoutMs ?? HEAD_TIMEOUT_MS)) return;
       const h2 = socket.alpnProtocol === "h2";
-      this.#opts.debug(
+      this.#opts.debug?.(
         `ssl-bump: ${ctx.host}:${port}: ${h2 ? "HTTP/2" : "HTTP/1.1"} (on the client connection)`,
       );
       const serve = h2 ? serveH2 : serveH1;
@@ -163,7 +164,7 @@ export class Interceptor {
       await closed;
       clearTimeout(timer);
     } catch (e) {
-      this.#opts.debug(
+      this.#opts.debug?.(
         `ssl-bump: interception of ${ctx.host}:${ctx.port} ended: ${(e as Error).message}`,
       );
     } finally {
@@ -232,7 +233,7 @@ export class Interceptor {
       this.#opts.log(
         entry("blocked", "host-mismatch", 403, { reason: `authority ${raw.authority}` }),
       );
-      this.#opts.debug(`ssl-bump: block ${sentUrl}: authority "${raw.authority}"`);
+      this.#opts.debug?.(`ssl-bump: block ${sentUrl}: authority "${raw.authority}"`);
       return ownReply(
         403,
         "Forbidden",
@@ -254,7 +255,7 @@ export class Interceptor {
       this.#opts.log(entry("blocked", decision.rule, 403, {
         reason: decision.normalisedPath === null ? "unsafe path" : undefined,
       }));
-      this.#opts.debug(`ssl-bump: block ${sentUrl}: ${decision.rule}`);
+      this.#opts.debug?.(`ssl-bump: block ${sentUrl}: ${decision.rule}`);
       return ownReply(
         403,
         "Forbidden",
@@ -263,7 +264,7 @@ export class Interceptor {
           `patterns for this host: ${list}\n`,
       );
     }
-    this.#opts.debug(`ssl-bump: allow ${sentUrl}: ${decision.rule}`);
+    this.#opts.debug?.(`ssl-bump: allow ${sentUrl}: ${decision.rule}`);
     return {
       // Forward what was decided on: the normalised path.
       target: `${decision.normalisedPath ?? raw.path}${raw.query === "" ? "" : `?${raw.query}`}`,

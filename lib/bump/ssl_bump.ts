@@ -31,8 +31,11 @@ export interface BumpSessionOptions {
   upstreamCaCerts: string[];
   /** The access log writer. */
   log: (entry: BumpLogEntry) => void;
-  /** `--log-level debug` decisions. */
-  debug: (line: string) => void;
+  /**
+   * `--log-level debug` decisions; absent otherwise (the lines are then not
+   * even made).
+   */
+  debug?: (line: string) => void;
   /** The system root bundle to extend (for tests). */
   systemBundlePath?: string;
   /** The most leaves kept. */
@@ -68,7 +71,7 @@ export interface BumpSession {
  * const bump = await createBumpSession({
  *   sessionDir: "/tmp/fw-20260101T000000", sessionId: "20260101T000000",
  *   allowDomains: ["github.com"], patterns: [], upstreamCaCerts: [],
- *   log: console.log, debug: () => {},
+ *   log: console.log,
  * });
  * await bump.close();
  * ```

@@ -36,7 +36,8 @@ export interface BumpFixture extends BumpFront {
  * Starts the firewall's own proxy (`serveProxy` on its `--ssl-bump` listener,
  * github.com allowed) with a bump session whose upstream is `upstreamProxy`
  * (none: origins are dialled directly). With `logToFile` the bump entries go
- * to the access-log file, as in the firewall, instead of `logs`.
+ * to the access-log file, as in the firewall, instead of `logs`, and no debug
+ * lines are made.
  */
 export async function startBumpFront(options: {
   allowUrls: string[];
@@ -57,7 +58,8 @@ export async function startBumpFront(options: {
     upstreamCaCerts: options.upstreamCaCerts,
     upstreamProxy: options.upstreamProxy,
     log: options.logToFile ? (e) => accessLog.write(e) : (e) => logs.push(e),
-    debug: (line) => debug.push(line),
+    // As in the firewall without --log-level debug, the bench's case: no lines made.
+    debug: options.logToFile ? undefined : (line) => debug.push(line),
     headTimeoutMs: options.headTimeoutMs,
   });
   const listener = await listenProxy({ hostname: "127.0.0.1", port: 0 }, true);
