@@ -714,7 +714,8 @@ class H2Connection {
         const rest = reply.sized.length - buffered.byteLength;
         await this.#writeData(stream, buffered, rest === 0, head);
         let sent = 0;
-        for await (const piece of gatheredReads(conn, rest)) {
+        // Each piece is copied into DATA frames before the next is read.
+        for await (const piece of gatheredReads(conn, rest, true)) {
           sent += piece.byteLength;
           await this.#writeData(stream, piece, sent === rest);
         }

@@ -166,15 +166,19 @@ const FULL_READ = 16 * 1024 - 64;
  * to 256 KiB. Nothing waits for data that may not come: a short read is
  * given at once, and gathered bytes are given when the next read has not
  * completed within a timer tick (a sender that waits for an answer, such as
- * HTTP/2 flow control, is never stalled). The pieces are never reused.
+ * HTTP/2 flow control, is never stalled). The pieces are never reused,
+ * unless `reuse` is set: then a piece is only valid until the next one is
+ * asked for (for a consumer that copies each piece before it asks again).
  */
 export async function* gatheredReads(
   conn: Deno.Conn,
   limit = Infinity,
+  reuse = false,
 ): AsyncGenerator<Uint8Array> {
   // Short reads land here and are given as copies; a big buffer is only
   // made once reads come back full.
   const scratch = new Uint8Array(64 * 1024);
+  let kept: Uint8Array | null = null;
   let copied = 0;
   while (copied < limit) {
     const first = await conn.read(
@@ -183,10 +187,14 @@ export async function* gatheredReads(
     if (first === null) return;
     if (first < FULL_READ || copied + first >= limit) {
       copied += first;
-      yield scratch.slice(0, first);
+      yield reuse ? scratch.subarray(0, first) : scratch.slice(0, first);
       continue;
     }
-    const buf = new Uint8Array(Math.min(GATHER, limit - copied));
+    const size = Math.min(GATHER, limit - copied);
+    const buf: Uint8Array = reuse && kept !== null && kept.byteLength >= size
+      ? kept.subarray(0, size)
+      : new Uint8Array(size);
+    if (reuse) kept ??= buf;
     buf.set(scratch.subarray(0, first));
     let filled = first;
     let given = 0;
