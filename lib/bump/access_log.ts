@@ -24,15 +24,25 @@ export interface AccessLogEntry {
 
 let lastMs = 0;
 let lastIso = "";
+let secondStart = 0;
+/** `YYYY-MM-DDTHH:MM:SS.` of the second that starts at `secondStart`. */
+let secondPrefix = "";
 
-/** The current time for a log line, ISO 8601 (formatted once per millisecond). */
+/**
+ * The current time for a log line, ISO 8601 (UTC, milliseconds): the date
+ * is formatted once per second, the milliseconds written into it.
+ */
 export function logTime(): string {
   const now = Date.now();
-  if (now !== lastMs) {
-    lastMs = now;
-    lastIso = new Date(now).toISOString();
+  if (now === lastMs) return lastIso;
+  lastMs = now;
+  const ms = now - secondStart;
+  if (ms < 0 || ms >= 1000) {
+    secondStart = now - (now % 1000);
+    secondPrefix = new Date(secondStart).toISOString().slice(0, 20);
+    return lastIso = `${secondPrefix}${String(now % 1000).padStart(3, "0")}Z`;
   }
-  return lastIso;
+  return lastIso = `${secondPrefix}${String(ms).padStart(3, "0")}Z`;
 }
 
 /** How long an access-log line may wait to be written. */
@@ -45,7 +55,8 @@ export class AccessLog {
   #file: Deno.FsFile;
   #enc = new TextEncoder();
   #debug?: (line: string) => void;
-  #pending = "";
+  /** Entries not written yet: made into lines when written, off the requests' path. */
+  #pending: AccessLogEntry[] = [];
   #closed = false;
   #flushTimer: ReturnType<typeof setTimeout> | undefined;
 
@@ -64,7 +75,7 @@ export class AccessLog {
   write(entry: AccessLogEntry): void {
     this.blocked.add(entry);
     if (!this.#closed) {
-      this.#pending += JSON.stringify(entry) + "\n";
+      this.#pending.push(entry);
       this.#flushTimer ??= setTimeout(() => this.flush(), FLUSH_MS);
     }
     this.#debug?.(
@@ -78,9 +89,11 @@ export class AccessLog {
   flush(): void {
     clearTimeout(this.#flushTimer);
     this.#flushTimer = undefined;
-    if (this.#pending === "") return;
-    const bytes = this.#enc.encode(this.#pending);
-    this.#pending = "";
+    if (this.#pending.length === 0) return;
+    let text = "";
+    for (const entry of this.#pending) text += JSON.stringify(entry) + "\n";
+    this.#pending = [];
+    const bytes = this.#enc.encode(text);
     for (let off = 0; off < bytes.length;) off += this.#file.writeSync(bytes.subarray(off));
   }
 

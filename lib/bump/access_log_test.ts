@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { type AccessLogEntry, BlockedTally, SUMMARY_URLS_PER_HOST } from "./access_log.ts";
+import { type AccessLogEntry, BlockedTally, logTime, SUMMARY_URLS_PER_HOST } from "./access_log.ts";
 
 function entry(over: Partial<AccessLogEntry>): AccessLogEntry {
   return {
@@ -66,4 +66,18 @@ Deno.test("a long run keeps a bounded number of URLs per host and says how many 
   assert.equal(lines.filter((l) => l.startsWith("      https://")).length, SUMMARY_URLS_PER_HOST);
   // URLs past the limit are counted each time they are seen (not deduplicated).
   assert.equal(lines.at(-1), `      … and ${2 * extra} more blocked requests (see the access log)`);
+});
+
+Deno.test("logTime is the current UTC time, to the millisecond, across second boundaries", () => {
+  const seconds = new Set<number>();
+  // Until the second has changed twice (at most about 2 s).
+  while (seconds.size < 3) {
+    const before = Date.now();
+    const t = logTime();
+    const after = Date.now();
+    assert.match(t, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
+    const ms = Date.parse(t);
+    assert.ok(before <= ms && ms <= after, `${t} not within ${before}..${after}`);
+    seconds.add(Math.floor(ms / 1000));
+  }
 });
