@@ -528,3 +528,35 @@ Deno.test("a sized response that pauses is passed on as it comes, not held back 
     await f.close();
   }
 });
+
+Deno.test("a client that closes while its request is with the origin cancels that request", async () => {
+  const ends: string[] = [];
+  const f = await startBumpFixture(ALLOW, async (req) => {
+    // Answers after 5 s, unless the proxy gives the request up first.
+    const gaveUp = await new Promise<boolean>((resolve) => {
+      const timer = setTimeout(() => resolve(false), 5000);
+      req.signal.addEventListener("abort", () => {
+        clearTimeout(timer);
+        resolve(true);
+      });
+    });
+    ends.push(gaveUp ? "given up" : "answered");
+    return new Response("late\n");
+  });
+  try {
+    const c = await Raw.open(f);
+    await c.write(get("/allowed/hang"));
+    while (f.originPaths().length === 0) await new Promise((r) => setTimeout(r, 10));
+    c.close();
+    const until = Date.now() + 2000;
+    while (ends.length === 0 && Date.now() < until) await new Promise((r) => setTimeout(r, 10));
+    assert.deepEqual(ends, ["given up"], "the origin saw its request given up at once");
+    while (f.logs.length === 0 && Date.now() < until) await new Promise((r) => setTimeout(r, 10));
+    assert.deepEqual(
+      f.logs.map((e) => [e.url, e.status, e.reason]),
+      [["https://api.github.com/allowed/hang", null, "cancelled by the client"]],
+    );
+  } finally {
+    await f.close();
+  }
+});

@@ -16,7 +16,10 @@ export interface BumpRequest {
   body: ReadableStream<Uint8Array> | null;
   /** The protocol asked for in `Upgrade` (with `Connection: upgrade`), or null. */
   upgrade: string | null;
-  /** Aborted when the client gave up on the request (an HTTP/2 stream reset). */
+  /**
+   * Aborted when the client gave up on the request: its connection closed,
+   * or (HTTP/2) it reset the stream.
+   */
   signal?: AbortSignal;
 }
 

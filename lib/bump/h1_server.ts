@@ -207,6 +207,8 @@ async function exchange(
         if (expectsContinue) await io.write(enc.encode("HTTP/1.1 100 Continue\r\n\r\n"));
       }),
       upgrade,
+      // The client may close while its request is with the origin.
+      signal: io.signal,
     });
   } catch (e) {
     await refuse(io, 502, "Bad Gateway", `Bad gateway: ${(e as Error).message}\n`);

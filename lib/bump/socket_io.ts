@@ -22,6 +22,7 @@ export class SocketIo {
   #expired = false;
 
   #listeners: [string, (arg: never) => void][];
+  #gone = new AbortController();
 
   constructor(readonly socket: Duplex) {
     this.#listeners = [
@@ -36,6 +37,7 @@ export class SocketIo {
       }],
       ["end", () => {
         this.#ended = true;
+        this.#gone.abort(new Error("the client closed its side of the connection"));
         this.#notify();
       }],
       ["error", (e: Error) => {
@@ -44,6 +46,7 @@ export class SocketIo {
       }],
       ["close", () => {
         this.#ended = true;
+        this.#gone.abort(new Error("the client connection closed"));
         this.#notify();
       }],
     ];
@@ -62,6 +65,15 @@ export class SocketIo {
     this.#queue = [];
     this.#queued = 0;
     return this.socket;
+  }
+
+  /**
+   * Aborted when the client has closed its side (end of input) or the
+   * socket has closed: like nginx, forgekit takes the end of a client's
+   * input while its request is with the origin as giving the request up.
+   */
+  get signal(): AbortSignal {
+    return this.#gone.signal;
   }
 
   /** Whether the socket can no longer be written to. */
