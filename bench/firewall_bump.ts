@@ -4,7 +4,9 @@
  * (over each) and the added latency of a new connection, as ratios to a
  * direct connection, with squid-openssl (ssl_bump) and mitmproxy measured in
  * the same run when installed, and each proxy's CPU time per request and
- * per MB (forgekit runs in this process; the others are read from /proc).
+ * per MB (forgekit runs in this process: its figure is this process's CPU
+ * minus what the same run costs it with no proxy, direct; the others are
+ * read from /proc).
  * "h2" is what an HTTP/2 client gets: squid answers it in HTTP/1.1. The client is curl for every proxy; the origin is an HTTPS
  * server on 127.0.0.1:443 under real names (test CA). As root the run happens
  * in private network and mount namespaces whose /etc/hosts maps those names
@@ -121,8 +123,14 @@ interface Target {
   name: string;
   /** curl arguments reaching the origin through this path. */
   args: string[];
-  /** CPU time the proxy has used so far, µs (none for direct). */
+  /** CPU time the proxy has used so far, µs (for direct: this process's, the baseline). */
   cpu?: () => number;
+  /**
+   * The proxy runs in this process: its CPU is this process's minus what
+   * the same run costs it with no proxy (direct: spawning and waiting for
+   * curl, reading its output).
+   */
+  inBench?: boolean;
   close(): Promise<void>;
 }
 
@@ -238,6 +246,7 @@ async function forgekitTarget(routerUrl: string | undefined, testCa: string): Pr
   return {
     name: "forgekit --ssl-bump",
     cpu: ownCpu,
+    inBench: true,
     args: ["--proxy", front.proxyUrl, "--cacert", front.caCertPath],
     close: () => front.close(),
   };
@@ -417,6 +426,7 @@ async function measure(directHosts: boolean): Promise<string[]> {
       ca.certPath,
       ...HOSTS.flatMap((h) => ["--connect-to", `${h}:443:127.0.0.1:${origin.port}`]),
     ],
+    cpu: ownCpu,
     close: () => Promise.resolve(),
   };
   const targets: Target[] = [direct, await forgekitTarget(router?.url, ca.cert)];
@@ -475,22 +485,39 @@ async function measure(directHosts: boolean): Promise<string[]> {
     await origin.close();
   }
   const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-  const rows = targets.map((t, i) => ({
-    name: t.name,
-    h1: median(samples[i].h1),
-    h2: median(samples[i].h2),
-    mbs: median(samples[i].mbs),
-    mbs1: median(samples[i].mbs1),
-    first: firsts[i],
-    again: median(samples[i].again),
-    cpu: t.cpu
-      ? `CPU ${median(samples[i].cpuH1).toFixed(0)} µs/req h1, ${
-        median(samples[i].cpuH2).toFixed(0)
-      } µs/req h2, ${median(samples[i].cpuMB1).toFixed(0)}/${
-        median(samples[i].cpuMB).toFixed(0)
-      } µs/MB h1/h2`
-      : "",
-  }));
+  // This process's own cost of a run, taken off forgekit's (it runs in here).
+  const base = {
+    h1: median(samples[0].cpuH1),
+    h2: median(samples[0].cpuH2),
+    mb1: median(samples[0].cpuMB1),
+    mb: median(samples[0].cpuMB),
+  };
+  const rows = targets.map((t, i) => {
+    const off = t.inBench ? base : { h1: 0, h2: 0, mb1: 0, mb: 0 };
+    const cpu = (xs: number[], minus: number) => Math.max(0, median(xs) - minus).toFixed(0);
+    return {
+      name: t.name,
+      h1: median(samples[i].h1),
+      h2: median(samples[i].h2),
+      mbs: median(samples[i].mbs),
+      mbs1: median(samples[i].mbs1),
+      first: firsts[i],
+      again: median(samples[i].again),
+      cpu: i === 0
+        ? `bench process CPU ${cpu(samples[i].cpuH1, 0)}/${
+          cpu(samples[i].cpuH2, 0)
+        } µs/req h1/h2, ${cpu(samples[i].cpuMB1, 0)}/${
+          cpu(samples[i].cpuMB, 0)
+        } µs/MB h1/h2 (taken off forgekit's)`
+        : t.cpu
+        ? `CPU ${cpu(samples[i].cpuH1, off.h1)} µs/req h1, ${
+          cpu(samples[i].cpuH2, off.h2)
+        } µs/req h2, ${cpu(samples[i].cpuMB1, off.mb1)}/${
+          cpu(samples[i].cpuMB, off.mb)
+        } µs/MB h1/h2`
+        : "",
+    };
+  });
   const d = rows[0];
   const f = (n: number) => n.toFixed(n >= 100 ? 0 : 1);
   const lines = [
