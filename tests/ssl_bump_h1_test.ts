@@ -7,7 +7,7 @@
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { type BumpFixture, curl, startBumpFixture } from "./support/bump.ts";
+import { answerLate, type BumpFixture, curl, startBumpFixture } from "./support/bump.ts";
 import { concat } from "../lib/bump/conn_io.ts";
 
 const enc = new TextEncoder();
@@ -531,18 +531,7 @@ Deno.test("a sized response that pauses is passed on as it comes, not held back 
 
 Deno.test("a client that closes while its request is with the origin cancels that request", async () => {
   const ends: string[] = [];
-  const f = await startBumpFixture(ALLOW, async (req) => {
-    // Answers after 5 s, unless the proxy gives the request up first.
-    const gaveUp = await new Promise<boolean>((resolve) => {
-      const timer = setTimeout(() => resolve(false), 5000);
-      req.signal.addEventListener("abort", () => {
-        clearTimeout(timer);
-        resolve(true);
-      });
-    });
-    ends.push(gaveUp ? "given up" : "answered");
-    return new Response("late\n");
-  });
+  const f = await startBumpFixture(ALLOW, (req) => answerLate(req, ends));
   try {
     const c = await Raw.open(f);
     await c.write(get("/allowed/hang"));

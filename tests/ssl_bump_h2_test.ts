@@ -6,7 +6,7 @@
  * the rapid-reset guard.
  */
 import assert from "node:assert/strict";
-import { type BumpFixture, startBumpFixture } from "./support/bump.ts";
+import { answerLate, type BumpFixture, startBumpFixture } from "./support/bump.ts";
 import {
   type H2Result,
   type H2Step,
@@ -45,18 +45,7 @@ async function originHandler(req: Request): Promise<Response> {
     await new Promise((resolve) => setTimeout(resolve, 400));
     return new Response("slow\n");
   }
-  if (path === "/allowed/hang") {
-    // Answers after 5 s, unless the proxy gives the request up first.
-    const gaveUp = await new Promise<boolean>((resolve) => {
-      const timer = setTimeout(() => resolve(false), 5000);
-      req.signal.addEventListener("abort", () => {
-        clearTimeout(timer);
-        resolve(true);
-      });
-    });
-    hangs.push(gaveUp ? "given up" : "answered");
-    return new Response("late\n");
-  }
+  if (path === "/allowed/hang") return await answerLate(req, hangs);
   if (path === "/allowed/echo") return new Response(`x-after: ${req.headers.get("x-after")}\n`);
   return new Response(`origin ${path}\n`);
 }

@@ -85,6 +85,22 @@ export async function startBumpFront(options: {
   };
 }
 
+/**
+ * An origin's answer that comes after 5 s unless the proxy gives the request
+ * up first; how it ended ("given up" or "answered") is pushed to `ends`.
+ */
+export async function answerLate(req: Request, ends: string[]): Promise<Response> {
+  const gaveUp = await new Promise<boolean>((resolve) => {
+    const timer = setTimeout(() => resolve(false), 5000);
+    req.signal.addEventListener("abort", () => {
+      clearTimeout(timer);
+      resolve(true);
+    });
+  });
+  ends.push(gaveUp ? "given up" : "answered");
+  return new Response("late\n");
+}
+
 /** Answers `origin <path>` unless another handler is given. */
 export async function startBumpFixture(
   allowUrls: string[],
