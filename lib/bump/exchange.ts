@@ -43,3 +43,19 @@ export interface BumpReply {
  * connection; HTTP/2 answers on that stream only).
  */
 export type BumpHandler = (req: BumpRequest) => Promise<BumpReply>;
+
+/**
+ * A reply of forgekit's own (a refusal, an error): text, with
+ * `X-Proxy-Error` when a reason is given. `statusText` is for HTTP/1.1.
+ */
+export function ownReply(
+  status: number,
+  statusText: string,
+  text: string,
+  proxyError?: string,
+): BumpReply {
+  const body = new TextEncoder().encode(text);
+  const headers: [string, string][] = [["content-type", "text/plain; charset=utf-8"]];
+  if (proxyError) headers.unshift(["x-proxy-error", proxyError]);
+  return { status, statusText, headers, body, length: body.byteLength };
+}

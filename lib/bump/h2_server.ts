@@ -40,7 +40,7 @@ import { FIELD_VALUE } from "./request_head.ts";
 import { gatheredReads, type SocketIo } from "./socket_io.ts";
 import { closeQuietly, concat } from "./conn_io.ts";
 import { HEAD_TIMEOUT_MS } from "./http_head.ts";
-import type { BumpHandler, BumpReply } from "./exchange.ts";
+import { type BumpHandler, type BumpReply, ownReply } from "./exchange.ts";
 
 /** The most streams a client may have open at once. */
 export const MAX_STREAMS = 100;
@@ -57,7 +57,6 @@ const RESET_ALLOWANCE = 100;
 /** Unsent bytes queued on the socket past which control answers count as a flood. */
 const FLOOD_BYTES = 1024 * 1024;
 
-const enc = new TextEncoder();
 /** Fields an HTTP/2 response must not carry. */
 const CONNECTION_SPECIFIC = new Set([
   "connection",
@@ -95,14 +94,6 @@ interface Stream {
   onReset: (() => void) | null;
   /** Aborted when the stream is reset: the handler's work is not wanted any more. */
   cancel: AbortController;
-}
-
-/** A reply of the server's own: text, with `X-Proxy-Error` when given. */
-function textReply(status: number, text: string, proxyError?: string): BumpReply {
-  const body = enc.encode(text);
-  const headers: [string, string][] = [["content-type", "text/plain; charset=utf-8"]];
-  if (proxyError) headers.unshift(["x-proxy-error", proxyError]);
-  return { status, statusText: "", headers, body, length: body.byteLength };
 }
 
 /** Serves one HTTP/2 connection until it ends; never throws. */
@@ -423,22 +414,27 @@ class H2Connection {
     if (fields === null) {
       return this.#start(
         stream,
-        textReply(431, `Request header fields larger than ${MAX_HEADER_LIST} bytes\n`),
+        ownReply(431, "", `Request header fields larger than ${MAX_HEADER_LIST} bytes\n`),
       );
     }
     const req = checkRequestFields(fields);
-    if (!req.ok) return this.#start(stream, textReply(400, `Bad request: ${req.why}\n`));
+    if (!req.ok) return this.#start(stream, ownReply(400, "", `Bad request: ${req.why}\n`));
     if (req.connect) {
       return this.#start(
         stream,
-        textReply(405, "CONNECT is not supported inside a bumped connection\n", "connect-refused"),
+        ownReply(
+          405,
+          "",
+          "CONNECT is not supported inside a bumped connection\n",
+          "connect-refused",
+        ),
       );
     }
     stream.length = req.length;
     if (endStream && req.length !== null && req.length !== 0) {
       return this.#start(
         stream,
-        textReply(400, "Bad request: the body is shorter than its content-length\n"),
+        ownReply(400, "", "Bad request: the body is shorter than its content-length\n"),
       );
     }
     const expects = req.headers.some(([k, v]) =>
@@ -454,7 +450,7 @@ class H2Connection {
         body,
         upgrade: null,
         signal: stream.cancel.signal,
-      }).catch((e) => textReply(502, `Bad gateway: ${(e as Error).message}\n`)),
+      }).catch((e) => ownReply(502, "", `Bad gateway: ${(e as Error).message}\n`)),
       req.method,
     );
   }
@@ -683,7 +679,7 @@ class H2Connection {
     if (reply.tunnel || reply.status < 200) {
       // No protocol switch on HTTP/2 (RFC 9113 §8.6).
       if (reply.tunnel) closeQuietly(reply.tunnel.conn);
-      reply = textReply(502, "Bad gateway: the origin switched protocols\n");
+      reply = ownReply(502, "", "Bad gateway: the origin switched protocols\n");
     }
     const bodiless = method === "HEAD" || reply.status === 204 || reply.status === 304;
     const length = reply.sized?.length ??

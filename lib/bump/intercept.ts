@@ -30,7 +30,7 @@ import {
 import { NodeConn } from "./node_conn.ts";
 import { SocketIo } from "./socket_io.ts";
 import { fieldTokens, HEAD_TIMEOUT_MS } from "./http_head.ts";
-import type { BumpReply, BumpRequest } from "./exchange.ts";
+import { type BumpReply, type BumpRequest, ownReply } from "./exchange.ts";
 import { serveH1 } from "./h1_server.ts";
 import { serveH2 } from "./h2_server.ts";
 import tls from "node:tls";
@@ -76,20 +76,6 @@ interface Allowed {
   pattern?: string;
   /** A log entry for this request, with the given outcome. */
   entry(status: number | null, extra?: Partial<BumpLogEntry>): BumpLogEntry;
-}
-
-const enc = new TextEncoder();
-
-/** A reply of forgekit's own (403, 502): text, with X-Proxy-Error. */
-function ownReply(status: number, statusText: string, reason: string, text: string): BumpReply {
-  const body = enc.encode(text);
-  return {
-    status,
-    statusText,
-    headers: [["x-proxy-error", reason], ["content-type", "text/plain; charset=utf-8"]],
-    body,
-    length: body.byteLength,
-  };
 }
 
 /** Splits a request URL into the authority and the raw path and query the client sent. */
@@ -237,9 +223,9 @@ export class Interceptor {
       return ownReply(
         403,
         "Forbidden",
-        "blocked-by-host-mismatch",
         `Blocked by forgekit: request for host "${raw.authority}" on a connection to ` +
           `"${ctx.host}" (the Host header or :authority must equal the CONNECT host)\n`,
+        "blocked-by-host-mismatch",
       );
     }
 
@@ -259,9 +245,9 @@ export class Interceptor {
       return ownReply(
         403,
         "Forbidden",
-        "blocked-by-url-policy",
         `Blocked by forgekit: ${sentUrl} matches no --allow-urls pattern for ${ctx.host}${why}; ` +
           `patterns for this host: ${list}\n`,
+        "blocked-by-url-policy",
       );
     }
     this.#opts.debug?.(`ssl-bump: allow ${sentUrl}: ${decision.rule}`);
@@ -301,7 +287,7 @@ export class Interceptor {
         this.#opts.log(
           allowed.entry(null, { pattern: allowed.pattern, reason: "cancelled by the client" }),
         );
-        return ownReply(499, "Client Closed Request", "cancelled", "");
+        return ownReply(499, "Client Closed Request", "", "cancelled");
       }
       return this.#upstreamError(allowed, e);
     }
@@ -322,8 +308,8 @@ export class Interceptor {
     return ownReply(
       502,
       "Bad Gateway",
-      "upstream-error",
       `Upstream error for ${allowed.sentUrl}: ${message}\n`,
+      "upstream-error",
     );
   }
 }
