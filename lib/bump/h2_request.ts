@@ -5,17 +5,18 @@
  *
  * @module
  */
-import { FIELD_VALUE } from "./request_head.ts";
+import { FIELD_VALUE, HOST } from "./request_head.ts";
 import { LENGTH_VALUE } from "./http_head.ts";
 
 /** A field name as HTTP/2 sends it: a token in lower case. */
-const LOWER_TOKEN = /^[!#$%&'*+.^_`|~0-9a-z-]+$/;
-/** An authority: a name or an IP literal, with an optional port. */
-const AUTHORITY = /^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~-]+)(?::\d{1,5})?$/;
+export const LOWER_TOKEN = /^[!#$%&'*+.^_`|~0-9a-z-]+$/;
 /** A `:path`: origin-form (or `*` for OPTIONS). */
 const PATH = /^(?:\/[\x21-\x7e]*|\*)$/;
-/** Fields that belong to one HTTP/1.1 connection: a request carrying one is malformed. */
-const CONNECTION_SPECIFIC = new Set([
+/**
+ * Fields that belong to one HTTP/1.1 connection: a request carrying one is
+ * malformed, and a response must not carry one (RFC 9113 §8.2.2).
+ */
+export const CONNECTION_SPECIFIC = new Set([
   "connection",
   "proxy-connection",
   "keep-alive",
@@ -121,7 +122,7 @@ export function checkRequestFields(fields: [string, string][]): H2RequestFields 
     return { ok: false, why: "missing or invalid :method" };
   }
   const chosen = authority ?? host;
-  if (chosen === undefined || !AUTHORITY.test(chosen)) {
+  if (chosen === undefined || !HOST.test(chosen)) {
     return { ok: false, why: "missing or invalid :authority" };
   }
   if (

@@ -35,7 +35,7 @@ import {
   windowUpdateFrame,
 } from "./h2_frames.ts";
 import { HpackDecoder, HpackEncoder, HpackError } from "./hpack.ts";
-import { checkRequestFields } from "./h2_request.ts";
+import { checkRequestFields, CONNECTION_SPECIFIC, LOWER_TOKEN } from "./h2_request.ts";
 import { FIELD_VALUE } from "./request_head.ts";
 import { gatheredReads, type SocketIo } from "./socket_io.ts";
 import { closeQuietly, concat } from "./conn_io.ts";
@@ -57,15 +57,6 @@ const RESET_ALLOWANCE = 100;
 /** Unsent bytes queued on the socket past which control answers count as a flood. */
 const FLOOD_BYTES = 1024 * 1024;
 
-/** Fields an HTTP/2 response must not carry. */
-const CONNECTION_SPECIFIC = new Set([
-  "connection",
-  "keep-alive",
-  "proxy-connection",
-  "transfer-encoding",
-  "upgrade",
-]);
-const NAME = /^[!#$%&'*+.^_`|~0-9a-z-]+$/;
 /** An HPACK dynamic table size update to 0. */
 const TABLE_SIZE_ZERO = new Uint8Array([0x20]);
 
@@ -634,7 +625,7 @@ class H2Connection {
     const fields: [string, string][] = [[":status", String(status)]];
     for (const [k, v] of headers) {
       const name = k.toLowerCase();
-      if (!CONNECTION_SPECIFIC.has(name) && NAME.test(name) && FIELD_VALUE.test(v)) {
+      if (!CONNECTION_SPECIFIC.has(name) && LOWER_TOKEN.test(name) && FIELD_VALUE.test(v)) {
         fields.push([name, v]);
       }
     }

@@ -12,7 +12,7 @@ export const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 /** A field value or reason phrase: no CR, LF, NUL or other control but HT. */
 export const FIELD_VALUE = /^[\t\x20-\x7e\x80-\xff]*$/;
 /** A Host value: a name or an IP literal, with an optional port (RFC 9110 §7.2). */
-const HOST = /^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~-]+)(?::\d{1,5})?$/;
+export const HOST = /^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~-]+)(?::\d{1,5})?$/;
 const TARGET = /^(?:\/[\x21-\x7e]*|https:\/\/[\x21-\x7e]+)$/;
 
 /** A request head, parsed. */
