@@ -168,8 +168,13 @@ class Raw {
   }
 }
 
+/** True latin1 (each byte one code unit), not WHATWG's "latin1" (windows-1252). */
 function latin1(b: Uint8Array): string {
-  return new TextDecoder("latin1").decode(b);
+  let text = "";
+  for (let i = 0; i < b.byteLength; i += 4096) {
+    text += String.fromCharCode.apply(null, b.subarray(i, i + 4096) as unknown as number[]);
+  }
+  return text;
 }
 
 async function sha256(bytes: Uint8Array | ArrayBuffer): Promise<string> {
@@ -546,6 +551,37 @@ Deno.test("a client that closes while its request is with the origin cancels tha
       [["https://api.github.com/allowed/hang", null, "cancelled by the client"]],
     );
   } finally {
+    await f.close();
+  }
+});
+
+Deno.test("obs-text bytes in field values pass through unchanged both ways", async () => {
+  // Bytes 0x80-0xFF in a field value (RFC 9110 §5.5 obs-text) are opaque
+  // data: a proxy must not re-encode them (as UTF-8, say).
+  const f = await startBumpFixture(ALLOW, (req) => {
+    const seen = req.headers.get("x-latin") ?? "";
+    return new Response([...seen].map((c) => c.charCodeAt(0).toString(16)).join(" ") + "\n", {
+      headers: { "x-echo": seen },
+    });
+  });
+  const c = await Raw.open(f);
+  try {
+    await c.write(concat([
+      enc.encode("GET /allowed/latin HTTP/1.1\r\nHost: api.github.com\r\nX-Latin: caf"),
+      new Uint8Array([0xe9, 0x20, 0x80, 0xff]),
+      enc.encode("\r\n\r\n"),
+    ]));
+    const r = await c.response();
+    assert.equal(r.status, 200);
+    // The origin got exactly the four bytes sent after "caf".
+    assert.equal(dec.decode(r.body), "63 61 66 e9 20 80 ff\n");
+    // And its reply's bytes came back as they were (read as latin1 here).
+    assert.deepEqual(
+      [...(r.headers.get("x-echo") ?? "")].map((ch) => ch.charCodeAt(0)),
+      [0x63, 0x61, 0x66, 0xe9, 0x20, 0x80, 0xff],
+    );
+  } finally {
+    c.close();
     await f.close();
   }
 });

@@ -47,6 +47,12 @@ async function originHandler(req: Request): Promise<Response> {
   }
   if (path === "/allowed/hang") return await answerLate(req, hangs);
   if (path === "/allowed/echo") return new Response(`x-after: ${req.headers.get("x-after")}\n`);
+  if (path === "/allowed/latin") {
+    // The code points of x-latin as the origin got them, and the value sent back.
+    const seen = req.headers.get("x-latin") ?? "";
+    const codes = [...seen].map((c) => c.charCodeAt(0).toString(16)).join(" ");
+    return new Response(`${codes}\n`, { headers: { "x-echo": seen } });
+  }
   return new Response(`origin ${path}\n`);
 }
 
@@ -544,3 +550,18 @@ async function sha256(bytes: Uint8Array): Promise<string> {
   const digest = await crypto.subtle.digest("SHA-256", bytes as BufferSource);
   return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, "0")).join("");
 }
+
+h2Test("h2: obs-text bytes in field values pass through unchanged both ways", async (f) => {
+  const value = "caf\u00e9 \u0080\u00ff"; // bytes 63 61 66 e9 20 80 ff on the wire
+  const r = await runH2(f, {
+    steps: [
+      headers(1, request("/allowed/latin", "GET", [["x-latin", value]])),
+      { op: "wait", streams: [1] },
+    ],
+  });
+  clean(r);
+  const s = stream(r, 1);
+  assert.equal(s.status, 200);
+  assert.equal(s.body, "63 61 66 e9 20 80 ff\n");
+  assert.equal(header(s, "x-echo"), value);
+});

@@ -18,9 +18,9 @@ import { FIELD_VALUE, type ParsedHead, parseRequestHead, TOKEN } from "./request
 import { copyToSocket, relay, type SocketIo } from "./socket_io.ts";
 import { closeQuietly, concat } from "./conn_io.ts";
 import type { BumpHandler, BumpReply } from "./exchange.ts";
+import { latin1Decode, latin1Encode } from "./latin1.ts";
 
 const enc = new TextEncoder();
-const latin1 = new TextDecoder("latin1");
 
 /** Reads up to the blank line; the bytes after it are put back. */
 async function readHead(io: SocketIo): Promise<string | "idle" | "partial" | "too-large"> {
@@ -34,7 +34,7 @@ async function readHead(io: SocketIo): Promise<string | "idle" | "partial" | "to
     for (let i = Math.max(3, scanned); i < acc.byteLength; i++) {
       if (acc[i] === 10 && acc[i - 1] === 13 && acc[i - 2] === 10 && acc[i - 3] === 13) {
         io.unread(acc.subarray(i + 1));
-        return latin1.decode(acc.subarray(0, i - 3));
+        return latin1Decode(acc, 0, i - 3);
       }
     }
     if (acc.byteLength > MAX_HEAD) return "too-large";
@@ -53,7 +53,7 @@ async function readLine(io: SocketIo, limit = 4096): Promise<string> {
     for (let i = from; i < acc.byteLength; i++) {
       if (acc[i] === 10 && acc[i - 1] === 13) {
         io.unread(acc.subarray(i + 1));
-        return latin1.decode(acc.subarray(0, i - 1));
+        return latin1Decode(acc, 0, i - 1);
       }
     }
     if (acc.byteLength > limit) throw new Error("a chunk line is too long");
@@ -241,7 +241,7 @@ async function exchange(
     : reply.headers.filter(([k]) => k !== "content-length" && k !== "transfer-encoding");
   // A request body left unread would be taken for the next request.
   if (!body.done) keepAlive = false;
-  const head = enc.encode(
+  const head = latin1Encode(
     headText({ ...reply, headers }, framing + (keepAlive ? "" : "connection: close\r\n")),
   );
   const content = bodiless ? null : reply.body;
@@ -301,5 +301,5 @@ function headText(reply: Pick<BumpReply, "status" | "statusText" | "headers">, e
 }
 
 async function writeHead(io: SocketIo, reply: BumpReply, extra: string): Promise<void> {
-  await io.write(enc.encode(headText(reply, extra)));
+  await io.write(latin1Encode(headText(reply, extra)));
 }

@@ -4,6 +4,7 @@
  * The decoder keeps one connection's dynamic table; the encoder only uses the static
  * table, so the peer's SETTINGS_HEADER_TABLE_SIZE never matters to it.
  */
+import { latin1Decode, latin1EncodeInto } from "./latin1.ts";
 
 /**
  * Thrown for any malformed header block; the connection must end with COMPRESSION_ERROR.
@@ -165,7 +166,6 @@ const FAST_DECODE = new Uint16Array(256);
 
 let cursor = 0;
 let scratch = new Uint8Array(1024);
-const asciiDecoder = new TextDecoder();
 
 /** Reads an integer (§5.1) whose prefix is `mask` (2^N - 1) in the byte at the cursor. */
 function readInt(buf: Uint8Array, mask: number): number {
@@ -235,32 +235,6 @@ export function encodeInteger(value: number, prefixBits: number): Uint8Array {
   }
   const buf = new Uint8Array(6);
   return buf.slice(0, writeInt(buf, 0, value, mask, 0));
-}
-
-/** Bytes as latin1 text: each byte one UTF-16 code unit. */
-function latin1(buf: Uint8Array, start: number, end: number): string {
-  switch (end - start) {
-    case 0:
-      return "";
-    case 1:
-      return String.fromCharCode(buf[start]);
-    case 2:
-      return String.fromCharCode(buf[start], buf[start + 1]);
-    case 3:
-      return String.fromCharCode(buf[start], buf[start + 1], buf[start + 2]);
-  }
-  if (end - start >= 48) {
-    let high = 0;
-    for (let i = start; i < end; i++) high |= buf[i];
-    // UTF-8 equals latin1 for ASCII and is a native call, the fastest path for long strings.
-    if (high < 0x80) return asciiDecoder.decode(buf.subarray(start, end));
-  }
-  let text = "";
-  for (let i = start; i < end; i += 4096) {
-    const chunk = buf.subarray(i, Math.min(i + 4096, end));
-    text += String.fromCharCode.apply(null, chunk as unknown as number[]);
-  }
-  return text;
 }
 
 /**
@@ -345,9 +319,9 @@ function readString(buf: Uint8Array, keep: boolean): string {
     );
   }
   cursor = start + length;
-  if (!huffman) return keep ? latin1(buf, start, cursor) : "";
+  if (!huffman) return keep ? latin1Decode(buf, start, cursor) : "";
   const n = huffmanDecode(buf, start, cursor, at);
-  return keep ? latin1(scratch, 0, n) : "";
+  return keep ? latin1Decode(scratch, 0, n) : "";
 }
 
 /**
@@ -566,24 +540,7 @@ function writeInt(buf: Uint8Array, p: number, value: number, mask: number, flags
 
 /** Writes a string literal (§5.2) without Huffman coding. */
 function writeString(buf: Uint8Array, p: number, text: string): number {
-  const n = text.length;
-  p = writeInt(buf, p, n, 0x7f, 0);
-  let high = 0;
-  for (let i = 0; i < n; i++) {
-    const c = text.charCodeAt(i);
-    high |= c;
-    buf[p + i] = c;
-  }
-  if (high > 0xff) {
-    const bad = [...text].find((c) => c.codePointAt(0)! > 0xff)!;
-    const code = bad.codePointAt(0)!.toString(16).toUpperCase().padStart(4, "0");
-    throw new TypeError(
-      `Cannot encode a character above U+00FF in an HPACK string: U+${code} in ${
-        JSON.stringify(text.length > 40 ? text.slice(0, 40) + "..." : text)
-      }`,
-    );
-  }
-  return p + n;
+  return latin1EncodeInto(text, buf, writeInt(buf, p, text.length, 0x7f, 0));
 }
 
 /**

@@ -19,6 +19,7 @@
 import { dialTunnel, type UpstreamProxyEnv } from "./upstream.ts";
 import { chunkSize, fieldTokens, framingFields, LENGTH_VALUE, MAX_HEAD } from "./http_head.ts";
 import { writeAll } from "./conn_io.ts";
+import { latin1Decode, latin1Encode } from "./latin1.ts";
 
 /** A request to an origin. */
 export interface OriginRequest {
@@ -101,7 +102,6 @@ const WHOLE_BODY_LIMIT = 64 * 1024;
 const READ_SIZE = 64 * 1024;
 
 const enc = new TextEncoder();
-const latin1 = new TextDecoder("latin1");
 
 /** An error in what the origin sent (answered as 502). */
 export class OriginProtocolError extends Error {
@@ -161,7 +161,7 @@ class OriginConn {
     for (;;) {
       for (let i = scanned; i + 1 < this.end; i++) {
         if (this.buf[i] === 13 && this.buf[i + 1] === 10) {
-          const text = latin1.decode(this.buf.subarray(this.start, i));
+          const text = latin1Decode(this.buf, this.start, i);
           this.start = i + 2;
           return text;
         }
@@ -398,7 +398,7 @@ export class OriginClient {
     // The response is awaited while the head is still being written (one
     // turn of the event loop less per request); a failed write closes the
     // connection, which fails the read (a stale reused connection: retried).
-    const wrote = writeAll(oc.conn, enc.encode(head));
+    const wrote = writeAll(oc.conn, latin1Encode(head));
     wrote.catch(() => oc.close());
     // The response may start before the request body ends (an early 413).
     const sending = req.body === null
@@ -485,7 +485,7 @@ export class OriginClient {
       for (let i = Math.max(scanned, oc.start + 3); i < oc.end; i++) {
         const b = oc.buf;
         if (b[i] === 10 && b[i - 1] === 13 && b[i - 2] === 10 && b[i - 3] === 13) {
-          const text = latin1.decode(b.subarray(oc.start, i - 3));
+          const text = latin1Decode(b, oc.start, i - 3);
           oc.start = i + 1;
           return parseResponseHead(text);
         }
