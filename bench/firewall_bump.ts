@@ -25,7 +25,7 @@ const dec = new TextDecoder();
 const HOSTS = Array.from({ length: 12 }, (_, i) => `h${i}.github.com`);
 const N = 500;
 /** Measurement rounds; each figure is the median of its rounds. */
-const ROUNDS = 5;
+const ROUNDS = 7;
 
 /**
  * A CONNECT splicer mapping the bench host names to the origin on loopback
@@ -538,8 +538,52 @@ async function measure(directHosts: boolean): Promise<string[]> {
       }`,
     );
   }
+  const fk = targets.findIndex((t) => t.inBench);
+  const sq = targets.findIndex((t) => t.name.startsWith("squid"));
+  if (fk !== -1 && sq !== -1) lines.push(...versusSquid(samples[fk], samples[sq], samples[0]));
   for (const s of skipped) lines.push(`  skipped: ${s}`);
   return lines;
+}
+
+/** One target's samples, one per round for each figure. */
+interface Samples {
+  h1: number[];
+  h2: number[];
+  mbs: number[];
+  mbs1: number[];
+  again: number[];
+  cpuH1: number[];
+  cpuH2: number[];
+}
+
+/**
+ * forgekit against squid round by round: each round measures the two one
+ * after the other, so a ratio taken within a round is spared the drift of
+ * this machine's speed between rounds (which moves either one 2x and more).
+ * Printed: the median of the rounds' ratios, then the lowest and highest.
+ */
+function versusSquid(fk: Samples, sq: Samples, direct: Samples): string[] {
+  const spread = (xs: number[], digits = 2) => {
+    const s = [...xs].sort((a, b) => a - b);
+    const m = s[Math.floor(s.length / 2)];
+    return `${m.toFixed(digits)} (${s[0].toFixed(digits)}–${s.at(-1)!.toFixed(digits)})`;
+  };
+  const ratio = (a: number[], b: number[]) => a.map((x, i) => x / b[i]);
+  // Added latency of a new connection over direct, in the same round.
+  const added = (t: Samples) => t.again.map((x, i) => x - direct.again[i]);
+  // forgekit runs in this process: its CPU less this process's own on the direct run.
+  const own = (xs: number[], base: number[]) => xs.map((x, i) => Math.max(0, x - base[i]));
+  const n = fk.h1.length;
+  return [
+    `  forgekit / squid-openssl, per round (median (lowest–highest) of ${n}; above 1 = forgekit ahead, except CPU and ms):`,
+    `    h1 req/s ${spread(ratio(fk.h1, sq.h1))}x | h2 req/s ${spread(ratio(fk.h2, sq.h2))}x` +
+    ` | 16 MiB h1 ${spread(ratio(fk.mbs1, sq.mbs1))}x, h2 ${spread(ratio(fk.mbs, sq.mbs))}x`,
+    `    new conn (cached leaf) added ms, forgekit minus squid: ${
+      spread(added(fk).map((x, i) => x - added(sq)[i]), 1)
+    } | CPU per request h1 ${spread(ratio(own(fk.cpuH1, direct.cpuH1), sq.cpuH1))}x, h2 ${
+      spread(ratio(own(fk.cpuH2, direct.cpuH2), sq.cpuH2))
+    }x`,
+  ];
 }
 
 if (import.meta.main) {
