@@ -4,8 +4,7 @@
  * RFC 9110 §5.5), which must pass through a proxy unchanged: decoding as
  * latin1 and encoding as latin1 keeps every byte, where UTF-8 on the way
  * out (or WHATWG "latin1", which is windows-1252, on the way in) would not.
- * Both directions are plain loops: heads are short, and at their sizes a
- * loop beats a call into `TextDecoder`/`TextEncoder`.
+ * HTTP/1.1 heads and HPACK strings both go through here.
  *
  * @module
  */
