@@ -7,7 +7,7 @@
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { answerLate, type BumpFixture, curl, startBumpFixture } from "./support/bump.ts";
+import { answerLate, type BumpFixture, curl, echoLatin, startBumpFixture } from "./support/bump.ts";
 import { concat } from "../lib/bump/conn_io.ts";
 
 const enc = new TextEncoder();
@@ -558,12 +558,7 @@ Deno.test("a client that closes while its request is with the origin cancels tha
 Deno.test("obs-text bytes in field values pass through unchanged both ways", async () => {
   // Bytes 0x80-0xFF in a field value (RFC 9110 §5.5 obs-text) are opaque
   // data: a proxy must not re-encode them (as UTF-8, say).
-  const f = await startBumpFixture(ALLOW, (req) => {
-    const seen = req.headers.get("x-latin") ?? "";
-    return new Response([...seen].map((c) => c.charCodeAt(0).toString(16)).join(" ") + "\n", {
-      headers: { "x-echo": seen },
-    });
-  });
+  const f = await startBumpFixture(ALLOW, echoLatin);
   const c = await Raw.open(f);
   try {
     await c.write(concat([

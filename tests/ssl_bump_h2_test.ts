@@ -6,7 +6,7 @@
  * the rapid-reset guard.
  */
 import assert from "node:assert/strict";
-import { answerLate, type BumpFixture, startBumpFixture } from "./support/bump.ts";
+import { answerLate, type BumpFixture, echoLatin, startBumpFixture } from "./support/bump.ts";
 import {
   type H2Result,
   type H2Step,
@@ -47,12 +47,7 @@ async function originHandler(req: Request): Promise<Response> {
   }
   if (path === "/allowed/hang") return await answerLate(req, hangs);
   if (path === "/allowed/echo") return new Response(`x-after: ${req.headers.get("x-after")}\n`);
-  if (path === "/allowed/latin") {
-    // The code points of x-latin as the origin got them, and the value sent back.
-    const seen = req.headers.get("x-latin") ?? "";
-    const codes = [...seen].map((c) => c.charCodeAt(0).toString(16)).join(" ");
-    return new Response(`${codes}\n`, { headers: { "x-echo": seen } });
-  }
+  if (path === "/allowed/latin") return echoLatin(req);
   return new Response(`origin ${path}\n`);
 }
 

@@ -101,6 +101,17 @@ export async function answerLate(req: Request, ends: string[]): Promise<Response
   return new Response("late\n");
 }
 
+/**
+ * An origin's answer for the obs-text tests: the body lists the code points
+ * of the request's `x-latin` as the origin got them, and `x-echo` sends
+ * that value back.
+ */
+export function echoLatin(req: Request): Response {
+  const seen = req.headers.get("x-latin") ?? "";
+  const codes = [...seen].map((c) => c.charCodeAt(0).toString(16)).join(" ");
+  return new Response(`${codes}\n`, { headers: { "x-echo": seen } });
+}
+
 /** Answers `origin <path>` unless another handler is given. */
 export async function startBumpFixture(
   allowUrls: string[],
