@@ -348,6 +348,38 @@ const postHead = (path: string, length: number) =>
   `POST ${path} HTTP/1.1\r\nHost: api.github.com\r\nExpect: 100-continue\r\n` +
   `Content-Length: ${length}\r\n\r\n`;
 
+Deno.test("a chunked body that breaks its framing gets 400 (the client's fault, not 502) and a close", async () => {
+  const f = await startBumpFixture(ALLOW, (req) => req.text().then((t) => new Response(t)));
+  const post = "POST /allowed/up HTTP/1.1\r\nHost: api.github.com\r\n" +
+    "Transfer-Encoding: chunked\r\n\r\n";
+  const bodies: [string, string][] = [
+    ["5\r\nhelloX\r\n0\r\n\r\n", "a chunk not followed by CRLF"],
+    ["zz\r\nhello\r\n0\r\n\r\n", 'invalid chunk size "zz"'],
+    [`5;${"x".repeat(5000)}\r\nhello\r\n0\r\n\r\n`, "a chunk line is too long"],
+  ];
+  try {
+    for (const [body, why] of bodies) {
+      const c = await Raw.open(f);
+      try {
+        await c.write(post + body);
+        const r = await c.response();
+        assert.equal(r.status, 400, body.slice(0, 20));
+        assert.equal(dec.decode(r.body), `Bad request: ${why}\n`);
+        assert.equal(r.headers.get("connection"), "close");
+        assert.ok(await c.closedByServer());
+      } finally {
+        c.close();
+      }
+    }
+    assert.deepEqual(
+      f.logs.map((e) => [e.status, e.reason]),
+      bodies.map(([, why]) => [400, `bad request body: ${why}`]),
+    );
+  } finally {
+    await f.close();
+  }
+});
+
 Deno.test("Expect: 100-continue to an allowed path is answered before the body is sent", async () => {
   const f = await startBumpFixture(ALLOW, echoBody);
   const c = await Raw.open(f);

@@ -267,6 +267,11 @@ h2Test(
       assert.equal(stream(r, id).status, null, `stream ${id}`);
       assert.equal(stream(r, id).reset, PROTOCOL_ERROR, `stream ${id}`);
     }
+    // Logged as the client's bad request, not as an upstream error or a cancel.
+    assert.deepEqual(
+      f.logs.filter((e) => e.url?.endsWith("/upload")).map((e) => [e.status, e.reason]),
+      Array(2).fill([400, "bad request body: the request body does not match its content-length"]),
+    );
     assert.equal(stream(r, 15).status, 200);
     assert.equal(stream(r, 15).body, "origin /allowed/ok\n");
     assert.equal(r.goaway, null);

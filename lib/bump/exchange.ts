@@ -23,6 +23,19 @@ export interface BumpRequest {
   signal?: AbortSignal;
 }
 
+/**
+ * The client's request body broke its own framing: a malformed chunk, a
+ * body that does not match its Content-Length, a connection that ended
+ * inside it. The exchange fails as the client's fault (400), never as the
+ * origin's (502); the origin saw the body cut short, never completed.
+ */
+export class RequestBodyError extends Error {
+  constructor(message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.name = "RequestBodyError";
+  }
+}
+
 /** A reply to write. */
 export interface BumpReply {
   status: number;

@@ -17,7 +17,7 @@ import { chunkSize, errorResponse, fieldTokens, HEAD_TIMEOUT_MS, MAX_HEAD } from
 import { FIELD_VALUE, type ParsedHead, parseRequestHead, TOKEN } from "./request_head.ts";
 import { copyToSocket, relay, type SocketIo } from "./socket_io.ts";
 import { closeQuietly, concat } from "./conn_io.ts";
-import type { BumpHandler, BumpReply } from "./exchange.ts";
+import { type BumpHandler, type BumpReply, RequestBodyError } from "./exchange.ts";
 import { latin1Decode, latin1Encode } from "./latin1.ts";
 
 const enc = new TextEncoder();
@@ -43,20 +43,30 @@ async function readHead(io: SocketIo): Promise<string | "idle" | "partial" | "to
 }
 
 /** Reads one CRLF-terminated line (chunk sizes, trailers). */
-async function readLine(io: SocketIo, limit = 4096): Promise<string> {
+async function readLine(
+  io: SocketIo,
+  limit = 4096,
+  tooLong = "a chunk line is too long",
+): Promise<string> {
   let acc: Uint8Array = new Uint8Array(0);
   for (;;) {
     const chunk = await io.read();
-    if (chunk === null || chunk === "expired") throw new Error("the request body ended early");
+    if (chunk === null || chunk === "expired") {
+      throw new RequestBodyError("the request body ended early");
+    }
     const from = Math.max(1, acc.byteLength);
     acc = concat([acc, chunk]);
     for (let i = from; i < acc.byteLength; i++) {
       if (acc[i] === 10 && acc[i - 1] === 13) {
+        // The same limit whether the line came in one read or in many.
+        if (i - 1 > limit) throw new RequestBodyError(tooLong);
         io.unread(acc.subarray(i + 1));
         return latin1Decode(acc, 0, i - 1);
       }
     }
-    if (acc.byteLength > limit) throw new Error("a chunk line is too long");
+    if (acc.byteLength > limit) {
+      throw new RequestBodyError(tooLong);
+    }
   }
 }
 
@@ -74,14 +84,18 @@ function requestBody(
     if (framing !== "chunked") {
       if (remaining === 0) return null;
       const got = await io.read(remaining);
-      if (got === null || got === "expired") throw new Error("the request body ended early");
+      if (got === null || got === "expired") {
+        throw new RequestBodyError("the request body ended early");
+      }
       remaining -= got.byteLength;
       return got;
     }
     if (!inChunk) {
       const line = await readLine(io);
       const size = chunkSize(line);
-      if (size === null) throw new Error(`invalid chunk size ${JSON.stringify(line.slice(0, 40))}`);
+      if (size === null) {
+        throw new RequestBodyError(`invalid chunk size ${JSON.stringify(line.slice(0, 40))}`);
+      }
       remaining = size;
       if (remaining === 0) {
         while ((await readLine(io)) !== ""); // trailers, dropped
@@ -90,10 +104,13 @@ function requestBody(
       inChunk = true;
     }
     const got = await io.read(remaining);
-    if (got === null || got === "expired") throw new Error("the request body ended early");
+    if (got === null || got === "expired") {
+      throw new RequestBodyError("the request body ended early");
+    }
     remaining -= got.byteLength;
     if (remaining === 0) {
-      if ((await readLine(io, 2)) !== "") throw new Error("a chunk not followed by CRLF");
+      const notCrlf = "a chunk not followed by CRLF";
+      if ((await readLine(io, 2, notCrlf)) !== "") throw new RequestBodyError(notCrlf);
       inChunk = false;
     }
     return got;

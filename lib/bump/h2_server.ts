@@ -40,7 +40,7 @@ import { FIELD_VALUE } from "./request_head.ts";
 import { gatheredReads, type SocketIo } from "./socket_io.ts";
 import { closeQuietly, concat } from "./conn_io.ts";
 import { HEAD_TIMEOUT_MS } from "./http_head.ts";
-import { type BumpHandler, type BumpReply, ownReply } from "./exchange.ts";
+import { type BumpHandler, type BumpReply, ownReply, RequestBodyError } from "./exchange.ts";
 
 /** The most streams a client may have open at once. */
 export const MAX_STREAMS = 100;
@@ -317,7 +317,10 @@ class H2Connection {
       (stream.received > stream.length ||
         (stream.remoteClosed && stream.received !== stream.length))
     ) {
-      this.#fail(stream, new Error("the request body does not match its content-length"));
+      this.#fail(
+        stream,
+        new RequestBodyError("the request body does not match its content-length"),
+      );
       return this.#resetStream(id, ErrorCode.PROTOCOL_ERROR);
     }
     stream.wake?.();
@@ -362,12 +365,15 @@ class H2Connection {
       // Trailers: they end the stream; their fields are not passed on.
       if (existing.remoteClosed) return this.#resetStream(id, ErrorCode.STREAM_CLOSED);
       if (!endStream || fields?.some(([k]) => k.startsWith(":"))) {
-        this.#fail(existing, new Error("malformed trailers"));
+        this.#fail(existing, new RequestBodyError("malformed trailers"));
         return this.#resetStream(id, ErrorCode.PROTOCOL_ERROR);
       }
       existing.remoteClosed = true;
       if (existing.length !== null && existing.received !== existing.length) {
-        this.#fail(existing, new Error("the request body does not match its content-length"));
+        this.#fail(
+          existing,
+          new RequestBodyError("the request body does not match its content-length"),
+        );
         return this.#resetStream(id, ErrorCode.PROTOCOL_ERROR);
       }
       existing.wake?.();
@@ -516,7 +522,8 @@ class H2Connection {
     stream.reset = true;
     this.#fail(stream, error);
     stream.onReset?.();
-    stream.cancel.abort(error);
+    // The first failure is the reason (a malformed body, before the reset it caused).
+    stream.cancel.abort(stream.failure);
     this.#notifyWindows();
   }
 

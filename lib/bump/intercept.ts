@@ -30,7 +30,7 @@ import {
 import { NodeConn } from "./node_conn.ts";
 import { SocketIo } from "./socket_io.ts";
 import { fieldTokens, HEAD_TIMEOUT_MS } from "./http_head.ts";
-import { type BumpReply, type BumpRequest, ownReply } from "./exchange.ts";
+import { type BumpReply, type BumpRequest, ownReply, RequestBodyError } from "./exchange.ts";
 import { serveH1 } from "./h1_server.ts";
 import { serveH2 } from "./h2_server.ts";
 import tls from "node:tls";
@@ -288,6 +288,11 @@ export class Interceptor {
           allowed.entry(null, { pattern: allowed.pattern, reason: "cancelled by the client" }),
         );
         return ownReply(499, "Client Closed Request", "", "cancelled");
+      }
+      if (e instanceof RequestBodyError) {
+        const reason = `bad request body: ${e.message}`;
+        this.#opts.log(allowed.entry(400, { pattern: allowed.pattern, reason }));
+        return ownReply(400, "Bad Request", `Bad request: ${e.message}\n`);
       }
       return this.#upstreamError(allowed, e);
     }

@@ -20,6 +20,7 @@ import { dialTunnel, type UpstreamProxyEnv } from "./upstream.ts";
 import { chunkSize, fieldTokens, framingFields, LENGTH_VALUE, MAX_HEAD } from "./http_head.ts";
 import { writeAll } from "./conn_io.ts";
 import { latin1Decode, latin1Encode } from "./latin1.ts";
+import { RequestBodyError } from "./exchange.ts";
 
 /** A request to an origin. */
 export interface OriginRequest {
@@ -293,7 +294,7 @@ export class OriginClient {
       const { signal } = req;
       if (signal?.aborted) {
         this.#release(oc);
-        throw new RequestCancelled(signal.reason);
+        throw whyAborted(signal, signal.reason);
       }
       const cancel = () => oc.close();
       signal?.addEventListener("abort", cancel);
@@ -301,7 +302,9 @@ export class OriginClient {
         return await this.#exchange(oc, req);
       } catch (err) {
         oc.close();
-        if (signal?.aborted) throw new RequestCancelled(err);
+        // A malformed body is the reason even when its stream was reset for it.
+        if (err instanceof RequestBodyError) throw err;
+        if (signal?.aborted) throw whyAborted(signal, err);
         if (pooled && req.body === null && err instanceof StaleConnection) continue;
         throw err instanceof StaleConnection ? err.cause : err;
       } finally {
@@ -404,8 +407,13 @@ export class OriginClient {
     const sending = req.body === null
       ? wrote
       : wrote.then(() => sendBody(oc.conn, req.body!, chunked, req.onBodyBytes));
-    // A request body that fails (the client went away) ends the exchange.
-    sending.catch(() => oc.close());
+    // A request body that fails (the client went away, or broke its
+    // framing) ends the exchange: the origin sees it cut short.
+    let bodyFailure: unknown = null;
+    sending.catch((err) => {
+      bodyFailure = err;
+      oc.close();
+    });
     let parsed: Head;
     try {
       parsed = await this.#readHead(oc, reused);
@@ -415,7 +423,8 @@ export class OriginClient {
         parsed = await this.#readHead(oc, false);
       }
     } catch (err) {
-      sending.catch(() => {});
+      // The client's own malformed body, not the origin, is what failed.
+      if (bodyFailure instanceof RequestBodyError) throw bodyFailure;
       throw err;
     }
     if (parsed.status === 101) {
@@ -514,6 +523,14 @@ export class RequestCancelled extends Error {
   constructor(cause: unknown) {
     super("the client cancelled the request", { cause });
   }
+}
+
+/**
+ * Why a request whose signal aborted ended: its own malformed body (an
+ * HTTP/2 stream reset for it), or else the client giving it up.
+ */
+function whyAborted(signal: AbortSignal, cause: unknown): Error {
+  return signal.reason instanceof RequestBodyError ? signal.reason : new RequestCancelled(cause);
 }
 
 /** A kept-alive connection that turned out to be closed; the request may be retried. */
