@@ -12,6 +12,7 @@ import { MAX_HEAD } from "../lib/bump/http_head.ts";
 import { serveProxy } from "../lib/bump/proxy.ts";
 import { dialTunnel, proxyEnv } from "../lib/bump/upstream.ts";
 import { startOrigins } from "./support/origin.ts";
+import { concat } from "../lib/bump/conn_io.ts";
 
 const enc = new TextEncoder();
 const dec = new TextDecoder();
@@ -20,16 +21,19 @@ const dec = new TextDecoder();
 async function withProxy(
   fn: (send: (raw: string) => Promise<string>, hits: () => number) => Promise<void>,
   headTimeoutMs?: number,
+  upstreamUrl?: string,
 ): Promise<void> {
   for (const tlsOnAccepted of [false, true]) {
-    await withProxyOn(tlsOnAccepted, fn, headTimeoutMs);
+    await withProxyOn(tlsOnAccepted, fn, headTimeoutMs, upstreamUrl);
   }
 }
 
+/** `upstreamUrl`: the HTTP_PROXY instead of the test proxy in front of the origins. */
 async function withProxyOn(
   tlsOnAccepted: boolean,
   fn: (send: (raw: string) => Promise<string>, hits: () => number) => Promise<void>,
   headTimeoutMs?: number,
+  upstreamUrl?: string,
 ): Promise<void> {
   const o = await startOrigins(["allowed.example"], (_req, hit) => new Response(`hi ${hit.path}`));
   const dir = await Deno.makeTempDir({ prefix: "forgekit-proxytest-" });
@@ -38,7 +42,7 @@ async function withProxyOn(
   const serving = serveProxy(listener, {
     policy: { allow: ["allowed.example"], block: [] },
     log,
-    upstream: proxyEnv((n) => n === "HTTP_PROXY" ? o.proxy.url : undefined),
+    upstream: proxyEnv((n) => n === "HTTP_PROXY" ? upstreamUrl ?? o.proxy.url : undefined),
     bump: null,
     headTimeoutMs,
   });
@@ -48,7 +52,8 @@ async function withProxyOn(
       port: (listener.addr as Deno.NetAddr).port,
     });
     try {
-      await conn.write(enc.encode(raw)).catch(() => {});
+      // A byte string: each character one byte (obs-text as it is).
+      await conn.write(Uint8Array.from(raw, (c) => c.charCodeAt(0))).catch(() => {});
       const chunks: Uint8Array[] = [];
       const buf = new Uint8Array(65536);
       for (let n = await conn.read(buf); n !== null; n = await conn.read(buf).catch(() => null)) {
@@ -105,6 +110,145 @@ Deno.test("ambiguous framing is refused with 400 before anything reaches upstrea
     }
     assert.equal(hits(), 0, "nothing was forwarded");
   });
+});
+
+/**
+ * An upstream proxy that records the bytes of each connection (until 300 ms
+ * pass without more) and answers 200 "ok": what forgekit passed on, exactly.
+ */
+function startRecordingUpstream(): { url: string; got: Uint8Array[]; close(): Promise<void> } {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const got: Uint8Array[] = [];
+  const conns = new Set<Deno.Conn>();
+  const serve = async (c: Deno.Conn) => {
+    conns.add(c);
+    const parts: Uint8Array[] = [];
+    const buf = new Uint8Array(65536);
+    try {
+      for (;;) {
+        let timer: ReturnType<typeof setTimeout> | undefined;
+        const quiet = new Promise<"quiet">((r) => timer = setTimeout(() => r("quiet"), 300));
+        const n = await Promise.race([c.read(buf), quiet]);
+        clearTimeout(timer);
+        if (n === "quiet" || n === null) break;
+        parts.push(buf.slice(0, n));
+      }
+      got.push(concat(parts));
+      await c.write(
+        enc.encode("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"),
+      );
+    } catch {
+      // forgekit went away
+    } finally {
+      conns.delete(c);
+      c.close();
+    }
+  };
+  const accepting = (async () => {
+    for await (const c of listener) serve(c);
+  })();
+  return {
+    url: `http://127.0.0.1:${listener.addr.port}`,
+    got,
+    async close() {
+      listener.close();
+      await accepting;
+      while (conns.size) await new Promise((r) => setTimeout(r, 20));
+    },
+  };
+}
+
+/** Bytes as a byte string (each byte one code unit). */
+const byteString = (b: Uint8Array) => String.fromCharCode(...b);
+
+Deno.test("plain HTTP goes upstream as checked: the URL's Host, the request's own body, nothing after it", async () => {
+  const up = startRecordingUpstream();
+  const smuggled = "GET http://evil.example/ HTTP/1.1\r\nHost: evil.example\r\n\r\n";
+  const cases: [string, string, RegExp][] = [
+    [
+      "a Host naming another site",
+      "GET http://allowed.example/a HTTP/1.1\r\nHost: evil.example\r\nX-A: 1\r\n\r\n",
+      /^GET http:\/\/allowed\.example\/a HTTP\/1\.1\r\nHost: allowed\.example\r\nx-a: 1\r\nConnection: close\r\n\r\n$/,
+    ],
+    [
+      "a second request after a sized body",
+      `POST http://allowed.example/b HTTP/1.1\r\nHost: allowed.example\r\nContent-Length: 5\r\n\r\nhello${smuggled}`,
+      /\r\ncontent-length: 5\r\nConnection: close\r\n\r\nhello$/,
+    ],
+    [
+      "a second request after a chunked body",
+      "POST http://allowed.example/c HTTP/1.1\r\nHost: allowed.example\r\n" +
+      `Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n${smuggled}`,
+      /\r\n\r\n5\r\nhello\r\n0\r\n\r\n$/,
+    ],
+    [
+      "a second request after no body",
+      `GET http://allowed.example/d HTTP/1.1\r\nHost: allowed.example\r\n\r\n${smuggled}`,
+      /Connection: close\r\n\r\n$/,
+    ],
+    [
+      "hop-by-hop fields and those Connection names",
+      "GET http://allowed.example/e HTTP/1.1\r\nHost: allowed.example\r\nConnection: x-hop\r\n" +
+      "X-Hop: 1\r\nProxy-Authorization: Basic eDp5\r\nKeep-Alive: 5\r\nX-End: 2\r\n\r\n",
+      /^GET http:\/\/allowed\.example\/e HTTP\/1\.1\r\nHost: allowed\.example\r\nx-end: 2\r\nConnection: close\r\n\r\n$/,
+    ],
+    [
+      "obs-text in a field value",
+      "GET http://allowed.example/f HTTP/1.1\r\nHost: allowed.example\r\nX-Latin: caf\xe9 \x80\xff\r\n\r\n",
+      /\r\nx-latin: caf\xe9 \x80\xff\r\n/,
+    ],
+  ];
+  try {
+    await withProxy(
+      async (send) => {
+        for (const [name, raw, expected] of cases) {
+          const before = up.got.length;
+          const res = await send(raw);
+          assert.match(res, /^HTTP\/1\.1 200 OK\r\n/, name);
+          assert.equal(up.got.length, before + 1, name);
+          const seen = byteString(up.got[before]);
+          assert.match(seen, expected, name);
+          assert.doesNotMatch(seen, /evil/, name);
+        }
+      },
+      undefined,
+      up.url,
+    );
+  } finally {
+    await up.close();
+  }
+});
+
+Deno.test("plain HTTP: a method that is not a token or a control character in a field gets 400", async () => {
+  const up = startRecordingUpstream();
+  try {
+    await withProxy(
+      async (send) => {
+        for (
+          const [raw, why] of [
+            [
+              "GE\x13T http://allowed.example/ HTTP/1.1\r\nHost: allowed.example\r\n\r\n",
+              /malformed request line/,
+            ],
+            [
+              "GET http://allowed.example/ HTTP/1.1\r\nHost: allowed.example\r\nX-A: a\nHost: evil\r\n\r\n",
+              /a control character in the X-A field/,
+            ],
+            ["GET http://allowed.example/ HTTP/1.1\r\nX-A: a\r\n\r\n", /no Host field/],
+          ] as const
+        ) {
+          const res = await send(raw);
+          assert.match(res, /^HTTP\/1\.1 400 Bad Request\r\n/, raw);
+          assert.match(res, why, raw);
+        }
+      },
+      undefined,
+      up.url,
+    );
+    assert.equal(up.got.length, 0, "nothing was forwarded");
+  } finally {
+    await up.close();
+  }
 });
 
 Deno.test("a head over the limit gets 431, for CONNECT and plain HTTP", async () => {

@@ -1,5 +1,6 @@
 /** Reading an HTTP/1.x message head off a connection. */
 import { type ByteConn, readBefore } from "./conn_io.ts";
+import { latin1Decode } from "./latin1.ts";
 
 /** The largest head accepted. */
 export const MAX_HEAD = 64 * 1024;
@@ -25,7 +26,7 @@ export class HeadTimeoutError extends Error {
 
 /**
  * Reads up to the blank line that ends an HTTP head. Returns the head text
- * (without the blank line) and any bytes read after it, or null when the
+ * (a byte string, without the blank line) and any bytes read after it, or null when the
  * connection ended first; throws {@linkcode HeadTooLargeError} past
  * {@linkcode MAX_HEAD} bytes and {@linkcode HeadTimeoutError} when the
  * head is not complete within `timeoutMs` (the connection stays open, for
@@ -50,7 +51,7 @@ export async function readHttpHead(
     for (let i = Math.max(3, scanned); i < buf.length; i++) {
       if (buf[i - 3] === 13 && buf[i - 2] === 10 && buf[i - 1] === 13 && buf[i] === 10) {
         return {
-          head: new TextDecoder().decode(buf.subarray(0, i - 3)),
+          head: latin1Decode(buf, 0, i - 3),
           rest: buf.subarray(i + 1),
         };
       }

@@ -9,12 +9,22 @@ import { decide, type Decision, type DomainPolicy } from "./domain_policy.ts";
 import { normalizeDomain } from "./host_validation.ts";
 import {
   errorResponse,
+  fieldTokens,
   HeadTimeoutError,
   HeadTooLargeError,
   readHttpHead,
-  requestFramingError,
 } from "./http_head.ts";
-import { type ByteConn, closeQuietly as close, pump, readBefore, refuse } from "./conn_io.ts";
+import {
+  type ByteConn,
+  closeQuietly as close,
+  concat,
+  pump,
+  readBefore,
+  refuse,
+} from "./conn_io.ts";
+import { parseRequestHead } from "./request_head.ts";
+import { BodyEnd } from "./body_end.ts";
+import { latin1Encode } from "./latin1.ts";
 import { dialHttp, dialTunnel, type UpstreamProxyEnv } from "./upstream.ts";
 
 /** What the proxy needs to run. */
@@ -256,20 +266,26 @@ export async function handleClient(conn: ByteConn, opts: ProxyOptions): Promise<
     });
     return await refuse(conn, blockResponse(host, d));
   }
-  const framing = requestFramingError(got.head.split("\r\n").slice(1));
-  if (framing !== null) {
+  // Read strictly: what is forwarded is what was checked, and nothing a
+  // server behind might read differently (a second request, a Host that
+  // names another site).
+  const req = parseRequestHead(got.head, "http");
+  if (!req.ok) {
+    const framing = req.why.startsWith("unsafe body framing");
     logHttp({
       decision: "blocked",
-      rule: "bad-framing",
+      rule: framing ? "bad-framing" : "bad-request",
       status: 400,
-      reason: framing,
+      reason: req.why,
     });
     return await refuse(
       conn,
       errorResponse(
         400,
         "Bad Request",
-        `forgekit firewall refused an ambiguous request: ${framing}\n`,
+        framing
+          ? `forgekit firewall refused an ambiguous request: ${req.why}\n`
+          : `forgekit firewall refused a malformed request: ${req.why}\n`,
       ),
     );
   }
@@ -295,17 +311,16 @@ export async function handleClient(conn: ByteConn, opts: ProxyOptions): Promise<
     );
   }
   // One request per client connection: the next request comes on a new
-  // connection and is checked on its own.
-  const lines = got.head.split("\r\n");
-  lines[0] = `${method} ${up.viaProxy ? url.href : `${url.pathname}${url.search}`} ${version}`;
-  const headers = lines.slice(1).filter((l) =>
-    !/^(proxy-connection|proxy-authorization|connection|keep-alive):/i.test(l)
+  // connection and is checked on its own. The Host is the URL's (RFC 9112
+  // §3.2.2), and only the request's own body is passed on.
+  const head = latin1Encode(
+    plainRequestHead(req, up.viaProxy ? url.href : `${url.pathname}${url.search}`, url.host),
   );
-  const head = [lines[0], ...headers, "Connection: close", "", ""].join("\r\n");
-  await up.conn.write(enc.encode(head));
-  if (got.rest.length) await up.conn.write(got.rest);
+  const body = new BodyEnd(req.body);
+  const first = got.rest.subarray(0, body.take(got.rest));
+  await up.conn.write(concat([head, first]));
   let status: number | null = null;
-  const bytes = await splice(conn, {
+  const bytes = await splice(bodyOnly(conn, body), {
     // Peek at the status line as the response streams through.
     read: async (p: Uint8Array) => {
       const n = await up.conn.read(p);
@@ -322,9 +337,59 @@ export async function handleClient(conn: ByteConn, opts: ProxyOptions): Promise<
     decision: "allowed",
     rule: d.rule,
     status,
-    bytes_out: bytes.out + got.rest.length,
+    bytes_out: bytes.out + first.length,
     bytes_in: bytes.in,
   });
+}
+
+/**
+ * The head sent upstream for a plain-HTTP request: its method and version,
+ * `target`, `Host: host`, and its end-to-end fields (hop-by-hop ones and
+ * those `Connection` names dropped), then `Connection: close`.
+ */
+function plainRequestHead(
+  req: { method: string; version: string; headers: [string, string][] },
+  target: string,
+  host: string,
+): string {
+  const listed = fieldTokens(req.headers, "connection");
+  let head = `${req.method} ${target} HTTP/${req.version}\r\nHost: ${host}\r\n`;
+  for (const [k, v] of req.headers) {
+    if (k !== "host" && !PLAIN_HOP_BY_HOP.has(k) && !listed.includes(k)) head += `${k}: ${v}\r\n`;
+  }
+  return head + "Connection: close\r\n\r\n";
+}
+
+/** Fields for this hop only; the body's own framing fields go on with it. */
+const PLAIN_HOP_BY_HOP = new Set([
+  "connection",
+  "keep-alive",
+  "proxy-connection",
+  "proxy-authorization",
+  "proxy-authenticate",
+  "te",
+  "upgrade",
+]);
+
+/**
+ * The client's side of a plain-HTTP exchange, reading only the rest of its
+ * request body: anything after it is read and dropped (never passed on),
+ * and the end of input is passed on only when the client really ends it.
+ */
+function bodyOnly(conn: ByteConn, body: BodyEnd): ByteConn {
+  return {
+    read: async (p: Uint8Array) => {
+      for (;;) {
+        const n = await conn.read(p);
+        if (n === null) return null;
+        const taken = body.take(p.subarray(0, n));
+        if (taken > 0) return taken;
+      }
+    },
+    write: (p: Uint8Array) => conn.write(p),
+    closeWrite: () => conn.closeWrite(),
+    close: () => conn.close(),
+  };
 }
 
 /** Serves a listener until it is closed; resolves when every connection ended. */

@@ -13,7 +13,11 @@ export const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 export const FIELD_VALUE = /^[\t\x20-\x7e\x80-\xff]*$/;
 /** A Host value: a name or an IP literal, with an optional port (RFC 9110 §7.2). */
 export const HOST = /^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~-]+)(?::\d{1,5})?$/;
-const TARGET = /^(?:\/[\x21-\x7e]*|https:\/\/[\x21-\x7e]+)$/;
+/** Request targets: origin-form, or absolute-form with the scheme served. */
+const TARGETS = {
+  https: /^(?:\/[\x21-\x7e]*|https:\/\/[\x21-\x7e]+)$/,
+  http: /^(?:\/[\x21-\x7e]*|http:\/\/[\x21-\x7e]+)$/,
+};
 
 /** A request head, parsed. */
 export type ParsedHead =
@@ -29,9 +33,9 @@ export type ParsedHead =
   | { ok: false; why: string };
 
 /**
- * Parses a request head (the text up to the blank line). Refuses, with the
- * reason: a malformed request line, a target other than origin-form or an
- * `https://` absolute-form (no fragment), malformed or folded fields,
+ * Parses a request head (the text up to the blank line, a byte string).
+ * Refuses, with the reason: a malformed request line, a target other than
+ * origin-form or an absolute-form of `scheme` (no fragment), malformed or folded fields,
  * control characters in values, unsafe body framing, and a missing or
  * repeated Host on HTTP/1.1.
  *
@@ -41,14 +45,14 @@ export type ParsedHead =
  * parseRequestHead("GET /a HTTP/1.1"); // { ok: false, why: "…Host…" }
  * ```
  */
-export function parseRequestHead(text: string): ParsedHead {
+export function parseRequestHead(text: string, scheme: "https" | "http" = "https"): ParsedHead {
   const lines = text.replace(/^(?:\r\n)+/, "").split("\r\n");
   const m = /^([^ ]+) ([^ ]+) HTTP\/1\.([01])$/.exec(lines[0]);
   if (!m || !TOKEN.test(m[1])) {
     return { ok: false, why: `malformed request line ${JSON.stringify(lines[0].slice(0, 80))}` };
   }
   const [, method, target, minor] = m;
-  if (!TARGET.test(target) || target.includes("#")) {
+  if (!TARGETS[scheme].test(target) || target.includes("#")) {
     return { ok: false, why: `unsupported request target ${JSON.stringify(target.slice(0, 80))}` };
   }
   const fields = lines.slice(1);
