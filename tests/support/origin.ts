@@ -57,7 +57,8 @@ export async function startOrigins(hosts: string[], handler: OriginHandler): Pro
       body: "",
     };
     hits.push(hit);
-    hit.body = await req.clone().text();
+    // A body the proxy cut short (the client broke its framing) reads as far as it came.
+    hit.body = await req.clone().text().catch(() => "");
     return (await handler(req, hit)) ?? new Response("not found\n", { status: 404 });
   };
   const tls = Deno.serve(
