@@ -26,6 +26,7 @@ import { parseRequestHead } from "./request_head.ts";
 import { BodyEnd } from "./body_end.ts";
 import { latin1Encode } from "./latin1.ts";
 import { dialHttp, dialTunnel, type UpstreamProxyEnv } from "./upstream.ts";
+import { HOP_BY_HOP } from "./origin_client.ts";
 
 /** What the proxy needs to run. */
 export interface ProxyOptions {
@@ -360,16 +361,13 @@ function plainRequestHead(
   return head + "Connection: close\r\n\r\n";
 }
 
-/** Fields for this hop only; the body's own framing fields go on with it. */
-const PLAIN_HOP_BY_HOP = new Set([
-  "connection",
-  "keep-alive",
-  "proxy-connection",
-  "proxy-authorization",
-  "proxy-authenticate",
-  "te",
-  "upgrade",
-]);
+/**
+ * Fields for this hop only: the shared list, less the body's framing
+ * fields, which go on with the body forwarded as it came.
+ */
+const PLAIN_HOP_BY_HOP = new Set(
+  [...HOP_BY_HOP].filter((k) => k !== "transfer-encoding" && k !== "trailer"),
+);
 
 /**
  * The client's side of a plain-HTTP exchange, reading only the rest of its
