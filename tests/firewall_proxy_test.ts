@@ -19,7 +19,7 @@ const dec = new TextDecoder();
 
 /** Runs `fn` against the proxy on each of its listeners (Deno's, and node:net for --ssl-bump). */
 async function withProxy(
-  fn: (send: (raw: string) => Promise<string>, hits: () => number) => Promise<void>,
+  fn: (send: (raw: string | string[]) => Promise<string>, hits: () => number) => Promise<void>,
   headTimeoutMs?: number,
   upstreamUrl?: string,
 ): Promise<void> {
@@ -31,7 +31,7 @@ async function withProxy(
 /** `upstreamUrl`: the HTTP_PROXY instead of the test proxy in front of the origins. */
 async function withProxyOn(
   tlsOnAccepted: boolean,
-  fn: (send: (raw: string) => Promise<string>, hits: () => number) => Promise<void>,
+  fn: (send: (raw: string | string[]) => Promise<string>, hits: () => number) => Promise<void>,
   headTimeoutMs?: number,
   upstreamUrl?: string,
 ): Promise<void> {
@@ -46,14 +46,18 @@ async function withProxyOn(
     bump: null,
     headTimeoutMs,
   });
-  const send = async (raw: string) => {
+  /** Sends `raw` (parts: 100 ms apart) and reads the answer to its end. */
+  const send = async (raw: string | string[]) => {
     const conn = await Deno.connect({
       hostname: "127.0.0.1",
       port: (listener.addr as Deno.NetAddr).port,
     });
     try {
-      // A byte string: each character one byte (obs-text as it is).
-      await conn.write(Uint8Array.from(raw, (c) => c.charCodeAt(0))).catch(() => {});
+      for (const [i, part] of [raw].flat().entries()) {
+        if (i > 0) await new Promise((r) => setTimeout(r, 100));
+        // A byte string: each character one byte (obs-text as it is).
+        await conn.write(Uint8Array.from(part, (c) => c.charCodeAt(0))).catch(() => {});
+      }
       const chunks: Uint8Array[] = [];
       const buf = new Uint8Array(65536);
       for (let n = await conn.read(buf); n !== null; n = await conn.read(buf).catch(() => null)) {
@@ -246,6 +250,38 @@ Deno.test("plain HTTP: a method that is not a token or a control character in a 
       up.url,
     );
     assert.equal(up.got.length, 0, "nothing was forwarded");
+  } finally {
+    await up.close();
+  }
+});
+
+Deno.test("plain HTTP: a chunked body that breaks its framing gets 400; upstream sees it cut short", async () => {
+  const up = startRecordingUpstream();
+  const head = "POST http://allowed.example/up HTTP/1.1\r\nHost: allowed.example\r\n" +
+    "Transfer-Encoding: chunked\r\n\r\n";
+  try {
+    await withProxy(
+      async (send) => {
+        // Broken in the bytes that came with the head: nothing goes upstream.
+        const before = up.got.length;
+        const early = await send(head + "5\r\nhelloX\r\n0\r\n\r\n");
+        assert.match(early, /^HTTP\/1\.1 400 Bad Request\r\n/);
+        assert.match(early, /refused a malformed request body: a chunk not followed by CRLF\n$/);
+        assert.equal(up.got.length, before);
+        // Broken later: the good chunk went upstream, the rest never did.
+        const late = await send([
+          head + "5\r\nhello\r\n",
+          "zz\r\nGET http://evil.example/ HTTP/1.1\r\n\r\n",
+        ]);
+        assert.match(late, /^HTTP\/1\.1 400 Bad Request\r\n/);
+        assert.match(late, /refused a malformed request body: invalid chunk size "zz"\n$/);
+        assert.equal(up.got.length, before + 1);
+        const seen = byteString(up.got[before]);
+        assert.ok(seen.endsWith("\r\n\r\n5\r\nhello\r\n"), JSON.stringify(seen));
+      },
+      undefined,
+      up.url,
+    );
   } finally {
     await up.close();
   }

@@ -24,6 +24,7 @@ import {
 } from "./conn_io.ts";
 import { parseRequestHead } from "./request_head.ts";
 import { BodyEnd } from "./body_end.ts";
+import { RequestBodyError } from "./exchange.ts";
 import { latin1Encode } from "./latin1.ts";
 import { dialHttp, dialTunnel, type UpstreamProxyEnv } from "./upstream.ts";
 import { HOP_BY_HOP } from "./origin_client.ts";
@@ -290,6 +291,27 @@ export async function handleClient(conn: ByteConn, opts: ProxyOptions): Promise<
       ),
     );
   }
+  // A chunked body broken in the bytes already read is refused before
+  // anything goes upstream; one broken later ends the forwarding there.
+  const body = new BodyEnd(req.body);
+  const refuseBody = async (err: RequestBodyError) => {
+    logHttp({ decision: "blocked", rule: "bad-framing", status: 400, reason: err.message });
+    await refuse(
+      conn,
+      errorResponse(
+        400,
+        "Bad Request",
+        `forgekit firewall refused a malformed request body: ${err.message}\n`,
+      ),
+    );
+  };
+  let first: Uint8Array;
+  try {
+    first = got.rest.subarray(0, body.take(got.rest));
+  } catch (err) {
+    if (!(err instanceof RequestBodyError)) throw err;
+    return await refuseBody(err);
+  }
   let up;
   try {
     up = await dialHttp(opts.upstream, host, port);
@@ -317,14 +339,22 @@ export async function handleClient(conn: ByteConn, opts: ProxyOptions): Promise<
   const head = latin1Encode(
     plainRequestHead(req, up.viaProxy ? url.href : `${url.pathname}${url.search}`, url.host),
   );
-  const body = new BodyEnd(req.body);
-  const first = got.rest.subarray(0, body.take(got.rest));
   await up.conn.write(concat([head, first]));
   let status: number | null = null;
-  const bytes = await splice(bodyOnly(conn, body), {
+  let refused = false;
+  const client = bodyOnly(conn, body, async (err) => {
+    // The upstream gets the body cut short; the client is told why, unless
+    // the response has already begun.
+    close(up.conn);
+    if (status !== null) return;
+    refused = true;
+    await refuseBody(err);
+  });
+  const bytes = await splice(client, {
     // Peek at the status line as the response streams through.
     read: async (p: Uint8Array) => {
       const n = await up.conn.read(p);
+      if (refused) return null;
       if (status === null && n) {
         status = Number(dec.decode(p.subarray(0, Math.min(n, 16))).split(" ")[1]) || null;
       }
@@ -334,6 +364,7 @@ export async function handleClient(conn: ByteConn, opts: ProxyOptions): Promise<
     closeWrite: () => up.conn.closeWrite(),
     close: () => up.conn.close(),
   });
+  if (refused) return;
   logHttp({
     decision: "allowed",
     rule: d.rule,
@@ -373,14 +404,26 @@ const PLAIN_HOP_BY_HOP = new Set(
  * The client's side of a plain-HTTP exchange, reading only the rest of its
  * request body: anything after it is read and dropped (never passed on),
  * and the end of input is passed on only when the client really ends it.
+ * A body that breaks its chunked framing goes to `broken`, then ends the
+ * copy.
  */
-function bodyOnly(conn: ByteConn, body: BodyEnd): ByteConn {
+function bodyOnly(
+  conn: ByteConn,
+  body: BodyEnd,
+  broken: (err: RequestBodyError) => Promise<void>,
+): ByteConn {
   return {
     read: async (p: Uint8Array) => {
       for (;;) {
         const n = await conn.read(p);
         if (n === null) return null;
-        const taken = body.take(p.subarray(0, n));
+        let taken: number;
+        try {
+          taken = body.take(p.subarray(0, n));
+        } catch (err) {
+          if (err instanceof RequestBodyError) await broken(err);
+          throw err;
+        }
         if (taken > 0) return taken;
       }
     },
