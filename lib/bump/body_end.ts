@@ -7,11 +7,8 @@
  *
  * @module
  */
-import { chunkSize } from "./http_head.ts";
+import { chunkSize, MAX_CHUNK_LINE } from "./http_head.ts";
 import { RequestBodyError } from "./exchange.ts";
-
-/** The longest chunk-size or trailer line accepted. */
-export const MAX_CHUNK_LINE = 4096;
 
 const CR = 13;
 const LF = 10;

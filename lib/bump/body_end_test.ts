@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
-import { BodyEnd, MAX_CHUNK_LINE } from "./body_end.ts";
+import { BodyEnd } from "./body_end.ts";
+import { MAX_CHUNK_LINE } from "./http_head.ts";
 
 const bytes = (s: string) => Uint8Array.from(s, (c) => c.charCodeAt(0));
 

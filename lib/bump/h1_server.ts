@@ -13,7 +13,14 @@
  *
  * @module
  */
-import { chunkSize, errorResponse, fieldTokens, HEAD_TIMEOUT_MS, MAX_HEAD } from "./http_head.ts";
+import {
+  chunkSize,
+  errorResponse,
+  fieldTokens,
+  HEAD_TIMEOUT_MS,
+  MAX_CHUNK_LINE,
+  MAX_HEAD,
+} from "./http_head.ts";
 import { FIELD_VALUE, type ParsedHead, parseRequestHead, TOKEN } from "./request_head.ts";
 import { copyToSocket, relay, type SocketIo } from "./socket_io.ts";
 import { closeQuietly, concat } from "./conn_io.ts";
@@ -45,7 +52,7 @@ async function readHead(io: SocketIo): Promise<string | "idle" | "partial" | "to
 /** Reads one CRLF-terminated line (chunk sizes, trailers). */
 async function readLine(
   io: SocketIo,
-  limit = 4096,
+  limit = MAX_CHUNK_LINE,
   tooLong = "a chunk line is too long",
 ): Promise<string> {
   let acc: Uint8Array = new Uint8Array(0);

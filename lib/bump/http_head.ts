@@ -61,6 +61,22 @@ export async function readHttpHead(
   throw new HeadTooLargeError();
 }
 
+/** Headers that belong to one connection, never forwarded (RFC 9110 §7.6.1). */
+export const HOP_BY_HOP = new Set([
+  "connection",
+  "keep-alive",
+  "proxy-connection",
+  "proxy-authenticate",
+  "proxy-authorization",
+  "te",
+  "trailer",
+  "transfer-encoding",
+  "upgrade",
+]);
+
+/** The longest chunk-size or trailer line read in a chunked body. */
+export const MAX_CHUNK_LINE = 4096;
+
 /** A well-formed Content-Length value (at most 15 digits: a safe integer). */
 export const LENGTH_VALUE = /^\d{1,15}$/;
 

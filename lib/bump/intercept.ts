@@ -21,15 +21,10 @@ import type { Leaf } from "./ca.ts";
 import { decideUrl, type UrlPattern } from "./url_pattern.ts";
 import { type ByteConn, closeQuietly } from "./conn_io.ts";
 import { type AccessLogEntry, logTime } from "./access_log.ts";
-import {
-  HOP_BY_HOP,
-  type OriginClient,
-  type OriginResponse,
-  RequestCancelled,
-} from "./origin_client.ts";
+import { type OriginClient, type OriginResponse, RequestCancelled } from "./origin_client.ts";
 import { NodeConn } from "./node_conn.ts";
 import { SocketIo } from "./socket_io.ts";
-import { fieldTokens, HEAD_TIMEOUT_MS } from "./http_head.ts";
+import { fieldTokens, HEAD_TIMEOUT_MS, HOP_BY_HOP } from "./http_head.ts";
 import { type BumpReply, type BumpRequest, ownReply, RequestBodyError } from "./exchange.ts";
 import { serveH1 } from "./h1_server.ts";
 import { serveH2 } from "./h2_server.ts";

@@ -17,7 +17,15 @@
  * @module
  */
 import { dialTunnel, type UpstreamProxyEnv } from "./upstream.ts";
-import { chunkSize, fieldTokens, framingFields, LENGTH_VALUE, MAX_HEAD } from "./http_head.ts";
+import {
+  chunkSize,
+  fieldTokens,
+  framingFields,
+  HOP_BY_HOP,
+  LENGTH_VALUE,
+  MAX_CHUNK_LINE,
+  MAX_HEAD,
+} from "./http_head.ts";
 import { writeAll } from "./conn_io.ts";
 import { latin1Decode, latin1Encode } from "./latin1.ts";
 import { RequestBodyError } from "./exchange.ts";
@@ -85,19 +93,6 @@ export interface OriginClientOptions {
   idleMs?: number;
 }
 
-/** Headers that belong to one connection, never forwarded (RFC 9110 §7.6.1). */
-export const HOP_BY_HOP = new Set([
-  "connection",
-  "keep-alive",
-  "proxy-connection",
-  "proxy-authenticate",
-  "proxy-authorization",
-  "te",
-  "trailer",
-  "transfer-encoding",
-  "upgrade",
-]);
-
 /** The largest response body passed on as one piece rather than streamed. */
 const WHOLE_BODY_LIMIT = 64 * 1024;
 const READ_SIZE = 64 * 1024;
@@ -157,7 +152,7 @@ class OriginConn {
   }
 
   /** Reads one CRLF-terminated line (for chunk sizes and trailers). */
-  async line(limit = 4096): Promise<string> {
+  async line(limit = MAX_CHUNK_LINE): Promise<string> {
     let scanned = this.start;
     for (;;) {
       for (let i = scanned; i + 1 < this.end; i++) {

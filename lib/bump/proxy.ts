@@ -12,6 +12,7 @@ import {
   fieldTokens,
   HeadTimeoutError,
   HeadTooLargeError,
+  HOP_BY_HOP,
   readHttpHead,
 } from "./http_head.ts";
 import {
@@ -27,7 +28,6 @@ import { BodyEnd } from "./body_end.ts";
 import { RequestBodyError } from "./exchange.ts";
 import { latin1Encode } from "./latin1.ts";
 import { dialHttp, dialTunnel, type UpstreamProxyEnv } from "./upstream.ts";
-import { HOP_BY_HOP } from "./origin_client.ts";
 
 /** What the proxy needs to run. */
 export interface ProxyOptions {
