@@ -101,7 +101,18 @@ export function createApp(options: AppOptions): Hono<Env> {
       );
     }
     if (apiVersion) c.header("X-GitHub-Api-Version-Selected", apiVersion);
-    const url = new URL(c.req.url);
+    let url: URL;
+    try {
+      url = new URL(c.req.url);
+    } catch (err) {
+      throw new ApiError(
+        400,
+        `Cannot build the request URL: the Host header is ${
+          JSON.stringify(c.req.header("host") ?? "")
+        } (send a host name, optionally with :port)`,
+        { cause: err },
+      );
+    }
     const enterprise = c.req.path === "/api/v3" || c.req.path.startsWith("/api/v3/");
     c.set("urls", { api: `${url.origin}${enterprise ? "/api/v3" : ""}`, web: url.origin });
     c.set("store", options.store);

@@ -26,6 +26,42 @@ export function requireUser(c: Context<Env>): UserRow {
   return user;
 }
 
+/**
+ * The body's bytes, reading no further than {@linkcode MAX_BODY}: 413 as soon
+ * as it is over (a body without Content-Length is not buffered whole first),
+ * 400 when the client breaks off mid-body.
+ */
+async function cappedBody(req: Request): Promise<Uint8Array> {
+  if (!req.body) return new Uint8Array();
+  const reader = req.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for (;;) {
+    let chunk: ReadableStreamReadResult<Uint8Array>;
+    try {
+      chunk = await reader.read();
+    } catch (err) {
+      throw new ApiError(400, "Cannot read the request body: the client stopped sending it", {
+        cause: err,
+      });
+    }
+    if (chunk.done) break;
+    size += chunk.value.byteLength;
+    if (size > MAX_BODY) {
+      await reader.cancel().catch(() => {});
+      throw new ApiError(413, "Payload too large");
+    }
+    chunks.push(chunk.value);
+  }
+  const out = new Uint8Array(size);
+  let at = 0;
+  for (const chunk of chunks) {
+    out.set(chunk, at);
+    at += chunk.byteLength;
+  }
+  return out;
+}
+
 /** Reads a JSON object body (400 for bad JSON or a non-object, 413 over 1 MiB). */
 export async function jsonBody(
   c: Context<Env>,
@@ -33,9 +69,7 @@ export async function jsonBody(
 ): Promise<Record<string, unknown>> {
   const declared = Number(c.req.header("content-length") ?? "0");
   if (declared > MAX_BODY) throw new ApiError(413, "Payload too large");
-  const buf = await c.req.arrayBuffer();
-  if (buf.byteLength > MAX_BODY) throw new ApiError(413, "Payload too large");
-  const text = new TextDecoder().decode(buf);
+  const text = new TextDecoder().decode(await cappedBody(c.req.raw));
   if (text.trim() === "" && optional) return {};
   let value: unknown;
   try {
@@ -111,7 +145,24 @@ export function intParam(c: Context<Env>, name: string): number {
   return n;
 }
 
-/** A string field of a body, optional; 422 when present with another type. */
+/**
+ * Why a string cannot be stored as sent, or null when it can: SQLite text
+ * read back ends at the first NUL, and an unpaired surrogate has no UTF-8
+ * form (it would come back as U+FFFD).
+ *
+ * @example
+ * ```ts
+ * unstorableText("a\u0000b"); // "must not contain NUL characters (\\u0000)"
+ * unstorableText("main"); // null
+ * ```
+ */
+export function unstorableText(value: string): string | null {
+  if (value.includes("\0")) return "must not contain NUL characters (\\u0000)";
+  if (!value.isWellFormed()) return "must be valid Unicode (it has an unpaired surrogate)";
+  return null;
+}
+
+/** A string field of a body, optional; 422 when present with another type or unstorable. */
 export function strField(
   body: Record<string, unknown>,
   name: string,
@@ -119,12 +170,13 @@ export function strField(
 ): string | undefined {
   const v = body[name];
   if (v === undefined || v === null) return undefined;
-  if (typeof v !== "string") {
+  const why = typeof v !== "string" ? "must be a string" : unstorableText(v);
+  if (why !== null) {
     throw new ApiError(422, "Validation Failed", {
-      errors: [{ resource, field: name, code: "invalid", message: `${name} must be a string` }],
+      errors: [{ resource, field: name, code: "invalid", message: `${name} ${why}` }],
     });
   }
-  return v;
+  return v as string;
 }
 
 /** A boolean field of a body, optional. */

@@ -49,7 +49,8 @@ export function refJson(r: RepoRow, b: BranchRow, urls: Urls) {
   const full = `${r.owner_login}/${r.name}`;
   return {
     ref: `refs/heads/${b.name}`,
-    node_id: nodeId("Ref", r.id) + btoa(b.name).replace(/=+$/, ""),
+    // UTF-8, because btoa() throws on a name outside Latin-1 (e.g. "日本").
+    node_id: nodeId("Ref", r.id) + new TextEncoder().encode(b.name).toBase64({ omitPadding: true }),
     url: `${urls.api}/repos/${full}/git/refs/heads/${b.name}`,
     object: { sha: b.sha, type: "commit", url: `${urls.api}/repos/${full}/git/commits/${b.sha}` },
   };

@@ -1,7 +1,16 @@
 /** Repository webhooks and their deliveries. */
 import { type Context, Hono } from "hono";
 import { ApiError, validationFailed } from "./api_error.ts";
-import { boolField, type Env, intParam, jsonBody, repoFor, requireUser } from "./http.ts";
+import {
+  boolField,
+  type Env,
+  intParam,
+  jsonBody,
+  pageParams,
+  repoFor,
+  requireUser,
+  unstorableText,
+} from "./http.ts";
 import type { DeliveryRow, RepoRow } from "./model.ts";
 import { hookJson } from "./render.ts";
 
@@ -28,7 +37,8 @@ function parseConfig(body: Record<string, unknown>, required: boolean) {
   const c = cfg as Record<string, unknown>;
   const out: { url?: string; secret?: string | null } = {};
   if (c.url !== undefined || required) {
-    let ok = typeof c.url === "string";
+    const why = typeof c.url === "string" ? unstorableText(c.url) : null;
+    let ok = typeof c.url === "string" && why === null;
     if (ok) {
       try {
         ok = ["http:", "https:"].includes(new URL(c.url as string).protocol);
@@ -40,17 +50,22 @@ function parseConfig(body: Record<string, unknown>, required: boolean) {
       throw validationFailed("Hook", [{
         field: "url",
         code: "invalid",
-        message: "config.url must be an http(s) URL",
+        message: why === null ? "config.url must be an http(s) URL" : `config.url ${why}`,
       }]);
     }
     out.url = c.url as string;
   }
   if (c.secret !== undefined) {
-    if (c.secret !== null && typeof c.secret !== "string") {
+    const why = c.secret === null
+      ? null
+      : typeof c.secret !== "string"
+      ? "must be a string"
+      : unstorableText(c.secret);
+    if (why !== null) {
       throw validationFailed("Hook", [{
         field: "secret",
         code: "invalid",
-        message: "config.secret must be a string",
+        message: `config.secret ${why}`,
       }]);
     }
     out.secret = (c.secret as string | null) || null;
@@ -157,7 +172,7 @@ export function hookRoutes(): Hono<Env> {
     const id = intParam(c, "id");
     const store = c.get("store");
     if (!await store.getHook(repo.id, id)) throw new ApiError(404, "Not Found");
-    const perPage = Math.min(Number(c.req.query("per_page") ?? 30) || 30, 100);
+    const { perPage } = pageParams(c);
     return c.json((await store.listDeliveries(id, perPage)).map(deliveryJson));
   });
 

@@ -1,6 +1,7 @@
 /** Pull requests: create, list, read, update, merge (with the stack cascade). */
 import { Hono } from "hono";
 import { ApiError, validationFailed } from "./api_error.ts";
+import { pairProblem } from "./branch_rules.ts";
 import { type ChainPull, mergePlan } from "./chain.ts";
 import { emitPullEvent } from "./events.ts";
 import {
@@ -84,20 +85,12 @@ export function pullRoutes(): Hono<Env> {
           : []),
       ];
       if (problems.length) throw validationFailed("PullRequest", problems);
-      if (head === base) {
-        throw validationFailed("PullRequest", [{
-          field: "base",
-          code: "custom",
-          message: `No commits between ${base} and ${head}`,
-        }]);
-      }
-      if ((await store.openPullsByHead(repo.id, head)).some((p) => p.base_ref === base)) {
-        throw validationFailed("PullRequest", [{
-          field: "head",
-          code: "custom",
-          message: `A pull request already exists for ${repo.owner_login}:${head}.`,
-        }]);
-      }
+      const clash = pairProblem(
+        { head, base },
+        await store.openPullsByHead(repo.id, head),
+        { owner: repo.owner_login },
+      );
+      if (clash) throw validationFailed("PullRequest", [clash]);
       const p = await store.insertPull({
         repo_id: repo.id,
         user_id: user.id,
@@ -217,6 +210,12 @@ export function pullRoutes(): Hono<Env> {
             message: `base branch ${base} does not exist`,
           }]);
         }
+        const clash = pairProblem(
+          { head: p.head_ref, base, number: p.number },
+          await store.openPullsByHead(repo.id, p.head_ref),
+          { owner: repo.owner_login },
+        );
+        if (clash) throw validationFailed("PullRequest", [clash]);
         changes.base = { ref: { from: p.base_ref } };
         patch.base_ref = base;
       }
@@ -244,6 +243,12 @@ export function pullRoutes(): Hono<Env> {
               message: "The head or base branch no longer exists",
             }]);
           }
+          const clash = pairProblem(
+            { head: p.head_ref, base: p.base_ref, number: p.number },
+            await store.openPullsByHead(repo.id, p.head_ref),
+            { owner: repo.owner_login },
+          );
+          if (clash) throw validationFailed("PullRequest", [clash]);
           patch.state = "open";
           patch.closed_at = null;
           action = "reopened";

@@ -1,6 +1,7 @@
 /** The Stacks API: list, read, create, add, unstack. */
 import { type Context, Hono } from "hono";
 import { ApiError, validationFailed } from "./api_error.ts";
+import { branchCycle } from "./branch_rules.ts";
 import { chainProblems, requestedNumbers, stackOpen, unstackSplit } from "./chain.ts";
 import { emitPullEvent } from "./events.ts";
 import {
@@ -77,7 +78,10 @@ export function stackRoutes(): Hono<Env> {
       const bad = chainProblems(numbers, map, null);
       if (bad.length) throw validationFailed("Stack", bad);
       const byNumber = new Map(pulls.map((p) => [p.number, p]));
-      const s = await store.insertStack(repo.id, byNumber.get(numbers[0])!.base_ref);
+      const baseRef = byNumber.get(numbers[0])!.base_ref;
+      const cycle = branchCycle(baseRef, numbers.map((num) => map.get(num)!));
+      if (cycle) throw validationFailed("Stack", [cycle]);
+      const s = await store.insertStack(repo.id, baseRef);
       const joined = [];
       for (const [i, n] of numbers.entries()) {
         joined.push(
@@ -119,6 +123,8 @@ export function stackRoutes(): Hono<Env> {
       const map = new Map(pulls.map((p) => [p.number, chainPull(p)]));
       const bad = chainProblems(numbers, map, chainPull(current[current.length - 1]));
       if (bad.length) throw validationFailed("Stack", bad);
+      const cycle = branchCycle(s.base_ref, [...current, ...numbers.map((num) => map.get(num)!)]);
+      if (cycle) throw validationFailed("Stack", [cycle]);
       const byNumber = new Map(pulls.map((p) => [p.number, p]));
       const joined = [];
       for (const [i, num] of numbers.entries()) {
