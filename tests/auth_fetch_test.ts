@@ -99,6 +99,12 @@ const o = await startOrigins([
     return Response.redirect("https://objects.storage.example/blob?sig=abc", 302);
   }
   // cloud-ad token endpoint
+  if (key === "login.microsoftonline.com/tenant-moved/oauth2/v2.0/token") {
+    return new Response(null, {
+      status: 307,
+      headers: { location: "https://objects.storage.example/token-sink" },
+    });
+  }
   if (hit.host === "login.microsoftonline.com" && p === "/tenant-1/oauth2/v2.0/token") {
     const form = new URLSearchParams(hit.body);
     if (form.get("client_secret") !== "right-secret") {
@@ -494,6 +500,26 @@ Deno.test(
   },
 );
 
+Deno.test("the cloud-ad client secret never follows a redirect", opts, async () => {
+  const file = await authFile([{
+    hosts: ["dev.azure.com"],
+    provider: "cloud-devops",
+    auth: "cloud-ad",
+    tenant_id: "tenant-moved",
+    client_id: "client-1",
+    client_secret_env: "ADO_CLIENT_SECRET",
+  }]);
+  const r = await fk(["fetch", "https://dev.azure.com/echo"], file, {
+    ADO_CLIENT_SECRET: "right-secret",
+  });
+  assert.equal(r.code, 1);
+  assert.match(
+    r.stderr,
+    /^error: cloud-ad: the token request for client client-1 was rejected: 307/,
+  );
+  assert.deepEqual(hitsFor("objects.storage.example", "/token-sink"), []);
+});
+
 Deno.test("a file readable by others still works and warns once", opts, async () => {
   const file = await authFile([GH], 0o644);
   const r = await fk(["fetch", "https://api.github.com/echo"], file, { GH_TOKEN: "t1" });
@@ -711,6 +737,96 @@ Deno.test(
     assert.match(missing.stderr, /^error: Cannot read .*nope\.json: no such file/);
   },
 );
+
+Deno.test("no token or URL password reaches stderr, even when it is malformed", opts, async () => {
+  const file = await authFile([GH]);
+  const S = "SECRETSECRET";
+  // A line break inside the token: the entry is skipped, its value never printed.
+  const nl = await fk(["fetch", "-v", "https://api.github.com/echo"], file, {
+    GH_TOKEN: `ghp_${S}\nsecond-line`,
+  });
+  assert.equal(nl.code, 0, nl.stderr);
+  assert.equal(nl.stdout, "auth=none\n");
+  assert.match(
+    nl.stderr,
+    /skipped providers\[0\] \(codehost bearer\): \$GH_TOKEN holds a line break/,
+  );
+  // A password in the URL: masked in -v lines and in the error.
+  const userinfo = await fk(
+    ["fetch", "-v", `https://x-access-token:ghp_${S}@objects.storage.example/nothing`],
+    null,
+  );
+  assert.equal(userinfo.code, 1);
+  assert.match(
+    userinfo.stderr,
+    /^error: GET https:\/\/\*\*\*\*@objects\.storage\.example\/nothing returned 404 Not Found$/m,
+  );
+  // A malformed -H, an unquoted token in auth.json, a secret put where a variable name goes.
+  const broken = join(dir, "unquoted.json");
+  await Deno.writeTextFile(
+    broken,
+    `{"providers": [{"hosts": ["api.github.com"], "provider": "codehost", "auth": "bearer", "token": ghp_${S}}]}`,
+    { mode: 0o600 },
+  );
+  const secretInName = await authFile([{
+    hosts: ["dev.azure.com"],
+    provider: "cloud-devops",
+    auth: "cloud-ad",
+    tenant_id: "t",
+    client_id: "c",
+    client_secret_env: `abc8Q~${S}`,
+  }]);
+  const usage: [string[], string | null][] = [
+    [["fetch", "-H", `Authorization Bearer ghp_${S}`, "https://api.github.com/echo"], null],
+    [["fetch", "https://api.github.com/echo"], broken],
+    [["auth", "doctor"], secretInName],
+  ];
+  for (const [args, f] of usage) {
+    const r = await fk(args, f);
+    assert.equal(r.code, 2, args.join(" "));
+    assert.match(r.stderr, /^error: [^\n]+\n$/);
+    assert.ok(!`${r.stdout}${r.stderr}`.includes("SECRET"), r.stderr);
+  }
+  for (const r of [nl, userinfo]) assert.ok(!r.stderr.includes("SECRET"), r.stderr);
+});
+
+Deno.test(
+  "without a home directory auth.json is never read from the working directory",
+  opts,
+  async () => {
+    const cwd = await Deno.makeTempDir({ dir });
+    await Deno.mkdir(join(cwd, ".forgekit"));
+    await Deno.writeTextFile(
+      join(cwd, ".forgekit", "auth.json"),
+      JSON.stringify({
+        providers: [{
+          hosts: ["objects.storage.example"],
+          provider: "codehost",
+          auth: "bearer",
+          token_env: "GH_TOKEN",
+        }],
+      }),
+      { mode: 0o600 },
+    );
+    const r = await runForgekit(["fetch", "https://objects.storage.example/echo"], {
+      cwd,
+      env: { ...o.env, HOME: "", GH_TOKEN: "planted-gets-it" },
+    });
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(r.stdout, "auth=none\n");
+  },
+);
+
+Deno.test("an auth file that is a directory is one clear line and exit 2", opts, async () => {
+  const d = await Deno.makeTempDir({ dir });
+  await Deno.chmod(d, 0o755);
+  const r = await fk(["fetch", "--auth-file", d, "https://api.github.com/echo"], null);
+  assert.equal(r.code, 2);
+  assert.equal(
+    r.stderr,
+    `error: Cannot read ${d}: it is a directory (point --auth-file or FORGEKIT_AUTH_FILE at the auth.json file)\n`,
+  );
+});
 
 Deno.test("teardown: auth test origins", opts, async () => {
   await o.close();

@@ -24,6 +24,7 @@ import { matchingEntries } from "./fetch.ts";
 import { credentialEntries, gitUsername, parseCredentialInput } from "./git_credential.ts";
 import { resolveToken, staticToken, tokenSourceLabel } from "./token_source.ts";
 import { INIT_TEMPLATE } from "./init_template.ts";
+import { redactUrl } from "./redact.ts";
 
 /** Help text of `forgekit auth`. */
 export const AUTH_HELP = `forgekit auth: inspect and use the credential file (~/.forgekit/auth.json)
@@ -207,7 +208,7 @@ async function explain(args: string[]): Promise<number> {
   });
   if (values.json) {
     printJson({
-      url: url.href,
+      url: redactUrl(url),
       file: config?.path ?? null,
       attempts: tries,
       then: "unauthenticated",

@@ -4,6 +4,7 @@ import { CliError, parseCommandArgs, usageError, wantsHelp } from "../cli/mod.ts
 import { authFetch } from "./fetch.ts";
 import { parseSha256, sha256Stream } from "./integrity.ts";
 import { progressBar } from "./progress.ts";
+import { redactUrl } from "./redact.ts";
 
 /** Help text of `forgekit fetch`. */
 export const FETCH_HELP =
@@ -36,8 +37,11 @@ function parseHeader(raw: string): [string, string] {
   const i = raw.indexOf(":");
   const name = i > 0 ? raw.slice(0, i).trim() : "";
   if (!name || !/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(name)) {
+    // Only the first word: the rest may be a token whose colon is missing.
+    const word = raw.trim().split(/\s/)[0];
+    const shown = word.length < raw.trim().length ? `${word} …` : word;
     throw usageError(
-      `-H must be 'Name: value' (got: ${JSON.stringify(raw)})`,
+      `-H must be 'Name: value' (got: ${JSON.stringify(shown)})`,
       "e.g. -H 'Accept: application/json'",
     );
   }
@@ -88,7 +92,7 @@ export async function runFetch(args: string[]): Promise<number> {
   }
   if (url.protocol !== "https:" && url.protocol !== "http:") {
     throw usageError(
-      `Unsupported URL scheme ${url.protocol} (got: ${url.href})`,
+      `Unsupported URL scheme ${url.protocol} (got: ${redactUrl(url)})`,
       "use https:// or http://",
     );
   }
@@ -110,7 +114,7 @@ export async function runFetch(args: string[]): Promise<number> {
     });
   } catch (err) {
     if (err instanceof CliError) throw err;
-    throw new CliError(`${method} ${url.href} failed`, {
+    throw new CliError(`${method} ${redactUrl(url)} failed`, {
       hint: "check the URL, network and proxy settings",
       cause: err,
     });
@@ -127,7 +131,7 @@ export async function runFetch(args: string[]): Promise<number> {
       if (values.include && res.body) { for await (const c of res.body) await writeAll(out, c); }
       else await res.body?.cancel();
       throw new CliError(
-        `${method} ${url.href} returned ${res.status} ${res.statusText}`.trimEnd(),
+        `${method} ${redactUrl(url)} returned ${res.status} ${res.statusText}`.trimEnd(),
       );
     }
     const total = Number(res.headers.get("content-length") ?? NaN);
@@ -143,7 +147,7 @@ export async function runFetch(args: string[]): Promise<number> {
         progress.add(c.length);
       }
       progress.done();
-      checkDigest(digest.hex(), expected, url.href);
+      checkDigest(digest.hex(), expected, redactUrl(url));
       for (const c of chunks) await writeAll(out, c);
     } else {
       for await (const c of res.body ?? []) {
@@ -199,7 +203,7 @@ async function saveAtomically(
     progress.done();
     await file.sync();
     file.close();
-    checkDigest(digest.hex(), expected, res.url || dest);
+    checkDigest(digest.hex(), expected, res.url ? redactUrl(new URL(res.url)) : dest);
     await Deno.rename(tmp, dest);
     ok = true;
   } finally {

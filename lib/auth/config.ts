@@ -1,7 +1,7 @@
 /**
  * auth.json: its types and its strict validation. Pure: text in, entries out.
  */
-import { usageError } from "../cli/mod.ts";
+import { maskSecret, usageError } from "../cli/mod.ts";
 import { hostPatternProblem, normalizePattern } from "./host_pattern.ts";
 
 /** Provider keys (canonical). */
@@ -75,6 +75,18 @@ const ENTRY_KEYS = [
 
 const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
+/** A key's value in a table, never one inherited from Object.prototype. */
+function lookup<T>(table: Record<string, T>, key: string): T | undefined {
+  return Object.hasOwn(table, key) ? table[key] : undefined;
+}
+
+/** A JSON value's kind, for messages about a field that may hold a secret. */
+function kindOf(value: unknown): string {
+  if (value === null) return "null";
+  if (Array.isArray(value)) return "an array";
+  return typeof value === "object" ? "an object" : `a ${typeof value}`;
+}
+
 /** Keys starting with `//` are comments, as written by `forgekit auth init`. */
 function isComment(key: string): boolean {
   return key.startsWith("//");
@@ -120,13 +132,18 @@ export function parseAuthConfig(text: string, path: string, label = "auth.json")
   };
   let doc: unknown;
   try {
-    doc = JSON.parse(text);
+    // A byte order mark is what some editors put first; JSON.parse refuses it.
+    doc = JSON.parse(text.startsWith("\uFEFF") ? text.slice(1) : text);
   } catch (err) {
-    const msg = err instanceof Error ? err.message : String(err);
+    let msg = err instanceof Error ? err.message : String(err);
+    // V8 quotes the text around the fault (`…, "…" is not valid JSON`), which may be a token.
+    if (msg.endsWith(" is not valid JSON")) {
+      msg = msg.slice(0, msg.indexOf('"')).replace(/,?\s*(\.\.\.)?$/, "");
+    }
     throw usageError(
-      `${label}: not valid JSON: ${msg}`,
+      `${label}: not valid JSON`,
       `fix the syntax in ${path}, or run: forgekit auth init`,
-      err,
+      new SyntaxError(msg),
     );
   }
   if (typeof doc !== "object" || doc === null || Array.isArray(doc)) {
@@ -168,7 +185,8 @@ function parseEntry(raw: unknown, index: number, fail: Fail): AuthEntry {
   }
   for (const key of ENTRY_KEYS) {
     if (key !== "hosts" && key in e && typeof e[key] !== "string") {
-      fail(`${at}.${key}`, `must be a string (got: ${JSON.stringify(e[key])})`, "quote the value");
+      const got = key === "token" ? kindOf(e[key]) : JSON.stringify(e[key]);
+      fail(`${at}.${key}`, `must be a string (got: ${got})`, "quote the value");
     }
   }
   const str = (key: string) => e[key] as string | undefined;
@@ -206,7 +224,7 @@ function parseEntry(raw: unknown, index: number, fail: Fail): AuthEntry {
   if (str("provider") === undefined) {
     fail(`${at}`, 'has no "provider"', 'set "provider" to codehost, cloud-devops or repohost');
   }
-  const provider = PROVIDERS[str("provider")!];
+  const provider = lookup(PROVIDERS, str("provider")!);
   if (!provider) {
     fail(
       `${at}.provider`,
@@ -221,7 +239,7 @@ function parseEntry(raw: unknown, index: number, fail: Fail): AuthEntry {
       `set "auth" to one of: ${SUPPORTED_SCHEMES[provider].join(", ")}`,
     );
   }
-  const auth = SCHEMES[str("auth")!];
+  const auth = lookup(SCHEMES, str("auth")!);
   if (!auth) {
     fail(
       `${at}.auth`,
@@ -239,7 +257,12 @@ function parseEntry(raw: unknown, index: number, fail: Fail): AuthEntry {
   for (const key of ["token_env", "client_secret_env"]) {
     const v = str(key);
     if (v !== undefined && !ENV_NAME.test(v)) {
-      fail(`${at}.${key}`, `"${v}" is not an environment variable name`, "e.g. GH_TOKEN");
+      // Masked: what lands here by mistake is often the secret itself.
+      fail(
+        `${at}.${key}`,
+        `"${maskSecret(v)}" is not an environment variable name`,
+        "name the variable that holds the secret, e.g. GH_TOKEN",
+      );
     }
   }
   if (["bearer", "basic-pat", "basic"].includes(auth)) {
@@ -262,10 +285,12 @@ function parseEntry(raw: unknown, index: number, fail: Fail): AuthEntry {
     if (auth !== "basic") {
       fail(`${at}.username`, `is only used with auth "basic"`, "remove it");
     }
-    if (str("username")!.includes(":")) {
+    const username = str("username")!;
+    if (username.includes(":")) {
+      // What follows the colon is often the token ("user:token").
       fail(
         `${at}.username`,
-        `"${str("username")}" contains ":"`,
+        `"${username.slice(0, username.indexOf(":"))}:****" contains ":"`,
         "a Basic username cannot contain a colon",
       );
     }

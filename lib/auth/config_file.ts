@@ -2,19 +2,28 @@
  * Finding and reading auth.json: its location, the permission warning, and
  * a cache so that a hundred requests read the file once.
  */
+import { homedir } from "node:os";
 import { basename, join } from "node:path";
 import { CliError } from "../cli/mod.ts";
 import { type AuthConfig, parseAuthConfig } from "./config.ts";
 
 /**
  * The auth.json to use: the given path, else FORGEKIT_AUTH_FILE, else
- * `~/.forgekit/auth.json`.
+ * `~/.forgekit/auth.json`. The home directory is HOME, or the account's own
+ * when HOME is unset or empty: never the working directory, where a cloned
+ * repository could plant a file that sends tokens elsewhere.
  */
 export function authFilePath(explicit?: string): string {
   if (explicit) return explicit;
   const env = Deno.env.get("FORGEKIT_AUTH_FILE");
   if (env) return env;
-  const home = Deno.env.get("HOME") ?? Deno.env.get("USERPROFILE") ?? ".";
+  const home = homedir();
+  if (!home) {
+    throw new CliError("Cannot find the home directory for ~/.forgekit/auth.json", {
+      hint: "set HOME, or FORGEKIT_AUTH_FILE to the file's path",
+      exitCode: 2,
+    });
+  }
   return join(home, ".forgekit", "auth.json");
 }
 
@@ -81,6 +90,12 @@ export async function loadAuthConfig(explicit?: string): Promise<AuthConfig | nu
       return null;
     }
     throw new CliError(`Cannot read ${displayPath(path)}`, { exitCode: 2, cause: err });
+  }
+  if (info.isDirectory) {
+    throw new CliError(`Cannot read ${displayPath(path)}: it is a directory`, {
+      hint: "point --auth-file or FORGEKIT_AUTH_FILE at the auth.json file",
+      exitCode: 2,
+    });
   }
   const mtime = info.mtime?.getTime() ?? 0;
   const slot = cache.get(path);

@@ -62,7 +62,7 @@ Deno.test("parseAuthConfig() names the place and the fix for every broken file",
     ],
     [
       entry({ provider: "repohost", auth: "basic", username: "a:b" }),
-      'auth.json providers[1].username: "a:b" contains ":"',
+      'auth.json providers[1].username: "a:****" contains ":"',
     ],
     [
       entry({
@@ -124,10 +124,10 @@ Deno.test("parseAuthConfig() names the place and the fix for every broken file",
       'auth.json providers[1].hosts[0]: "*.com" is not a supported pattern: it matches a whole top-level domain',
     ],
     [entry({ hosts: [] }), "auth.json providers[1].hosts: must be a non-empty array of host names"],
-    [entry({ token: 42 }), "auth.json providers[1].token: must be a string (got: 42)"],
+    [entry({ tenant_id: 42 }), "auth.json providers[1].tenant_id: must be a string (got: 42)"],
     [
       entry({ token_env: "not a var" }),
-      'auth.json providers[1].token_env: "not a var" is not an environment variable name',
+      'auth.json providers[1].token_env: "not ****" is not an environment variable name',
     ],
     [{ providers: ["x"] }, "auth.json providers[0]: must be an object"],
   ];
@@ -183,4 +183,76 @@ Deno.test("parseAuthConfig() accepts the specification's example, aliases and co
     ["repohost", "basic"],
   ]);
   assert.deepEqual(cfg.entries[0].hosts, ["github.com", "api.github.com"]);
+});
+
+Deno.test("parseAuthConfig() never prints a secret the file holds", () => {
+  const S = "SECRETSECRET";
+  const json = (body: string) =>
+    `{"providers": [{"hosts": ["api.github.com"], "provider": "codehost", "auth": "bearer", ${body}}]}`;
+  const cases: [unknown, string][] = [
+    [json(`"token": ghp_${S}`), "auth.json: not valid JSON: Unexpected token 'g'"],
+    [json(`"token": 'ghp_${S}'`), "auth.json: not valid JSON: Unexpected token '''"],
+    [`{"token": x${S}}`, "auth.json: not valid JSON: Unexpected token 'x'"],
+    [`${S}`, "auth.json: not valid JSON: Unexpected token 'S'"],
+    [`xxxxxx${S}${"y".repeat(40)}`, "auth.json: not valid JSON: Unexpected token 'x' (fix"],
+    [
+      entry({ token: [`ghp_${S}`] }),
+      "auth.json providers[1].token: must be a string (got: an array)",
+    ],
+    [
+      entry({ token: 1234567890 }),
+      "auth.json providers[1].token: must be a string (got: a number)",
+    ],
+    [
+      entry({ token_env: `eyJhbGciOi.${S}.sig` }),
+      'auth.json providers[1].token_env: "eyJh****" is not an environment variable name',
+    ],
+    [
+      entry({
+        provider: "cloud-devops",
+        auth: "cloud-ad",
+        token_env: undefined,
+        tenant_id: "t",
+        client_id: "c",
+        client_secret_env: `abc8Q~${S}`,
+      }),
+      'auth.json providers[1].client_secret_env: "abc8****" is not an environment variable name',
+    ],
+    [
+      entry({ provider: "repohost", auth: "basic", username: `me@example.com:ATATT${S}` }),
+      'auth.json providers[1].username: "me@example.com:****" contains ":"',
+    ],
+  ];
+  for (const [doc, want] of cases) {
+    const got = errorOf(doc);
+    assert.ok(got.startsWith(want), `\n got: ${got}\nwant: ${want}`);
+    assert.ok(!got.includes(S.slice(0, 6)), `secret shown: ${got}`);
+  }
+});
+
+Deno.test("parseAuthConfig() rejects provider and scheme names inherited from Object", () => {
+  const cases: [unknown, string][] = [
+    [
+      entry({ provider: "toString" }),
+      'auth.json providers[1].provider: unknown provider "toString"',
+    ],
+    [
+      entry({ provider: "constructor" }),
+      'auth.json providers[1].provider: unknown provider "constructor"',
+    ],
+    [
+      entry({ auth: "constructor" }),
+      'auth.json providers[1].auth: unknown auth scheme "constructor"',
+    ],
+    [entry({ auth: "__proto__" }), 'auth.json providers[1].auth: unknown auth scheme "__proto__"'],
+  ];
+  for (const [doc, want] of cases) {
+    const got = errorOf(doc);
+    assert.ok(got.startsWith(want), `\n got: ${got}\nwant: ${want}`);
+  }
+});
+
+Deno.test("parseAuthConfig() accepts a file that starts with a byte order mark", () => {
+  const cfg = parseAuthConfig(`\uFEFF${JSON.stringify({ providers: [GH] })}`, "auth.json");
+  assert.deepEqual(cfg.entries.map((e) => e.hosts), [["api.github.com"]]);
 });

@@ -15,6 +15,7 @@ import {
   releaseApiFor,
 } from "./releases.ts";
 import { authorizationHeader } from "./schemes.ts";
+import { redactUrl } from "./redact.ts";
 import { resolveToken, staticToken, type TokenResult } from "./token_source.ts";
 
 /** Options of {@linkcode authFetch}. */
@@ -233,21 +234,23 @@ async function followRedirects(
     if (location === null) return res;
     await res.body?.cancel();
     if (hops >= MAX_REDIRECTS) {
-      throw new CliError(`${req.method} ${start.href}: more than ${MAX_REDIRECTS} redirects`, {
-        hint: "the server redirects in a loop",
-      });
+      throw new CliError(
+        `${req.method} ${redactUrl(start)}: more than ${MAX_REDIRECTS} redirects`,
+        { hint: "the server redirects in a loop" },
+      );
     }
     let next: URL;
     try {
       next = new URL(location, url);
     } catch (err) {
-      throw new CliError(`${req.method} ${url.href} redirected to an invalid URL: ${location}`, {
-        cause: err,
-      });
+      throw new CliError(
+        `${req.method} ${redactUrl(url)} redirected to an invalid URL: ${location}`,
+        { cause: err },
+      );
     }
     if (next.protocol !== "https:" && next.protocol !== "http:") {
       throw new CliError(
-        `${req.method} ${url.href} redirected to an unsupported URL: ${next.href}`,
+        `${req.method} ${redactUrl(url)} redirected to an unsupported URL: ${redactUrl(next)}`,
       );
     }
     let note = "no authorization";
@@ -258,7 +261,7 @@ async function followRedirects(
         note = `authorization stripped: ${why}`;
       } else note = "authorization kept";
     }
-    options.verbose?.(`* redirect ${res.status} -> ${next.href} (${note})`);
+    options.verbose?.(`* redirect ${res.status} -> ${redactUrl(next)} (${note})`);
     if (
       (res.status === 303 && hop.method !== "HEAD") ||
       ((res.status === 301 || res.status === 302) && hop.method === "POST")
@@ -353,7 +356,9 @@ function route(
   // A caller's own Authorization header is used as is, for this host only.
   if (req.own !== null) {
     const host = normalizeHost(url.hostname) ?? url.hostname;
-    options.verbose?.(`* ${req.method} ${url.href} with the caller's own Authorization header`);
+    options.verbose?.(
+      `* ${req.method} ${redactUrl(url)} with the caller's own Authorization header`,
+    );
     return send(url, req, { header: req.own, hosts: [host] }, options);
   }
   return tryEntries(url, req, plan.entries, 0, 0, options);
@@ -383,7 +388,7 @@ function tryEntries(
     log?.(`* skipped ${describe(entry)}: ${got.reason}`);
   }
   attempt++;
-  log?.(`* attempt ${attempt}: unauthenticated: ${req.method} ${url.href}`);
+  log?.(`* attempt ${attempt}: unauthenticated: ${req.method} ${redactUrl(url)}`);
   return send(
     url,
     req,
@@ -410,7 +415,11 @@ function tryToken(
     return tryEntries(url, req, entries, i + 1, attempt, options);
   }
   attempt++;
-  log?.(`* attempt ${attempt}: ${describe(entry)}, token ${got.source}: ${req.method} ${url.href}`);
+  log?.(
+    `* attempt ${attempt}: ${describe(entry)}, token ${got.source}: ${req.method} ${
+      redactUrl(url)
+    }`,
+  );
   const cred = { header: headerFor(entry, got.token), hosts: entry.hosts };
   return send(url, req, cred, options, (res) => {
     log?.(`* attempt ${attempt}: ${res.status} ${res.statusText}`);

@@ -7,6 +7,7 @@
 import { CliError } from "../cli/mod.ts";
 import type { AuthEntry } from "./config.ts";
 import { matchAnyHost } from "./host_pattern.ts";
+import { redactUrl } from "./redact.ts";
 
 /** A release download URL, taken apart. */
 export interface ReleaseRef {
@@ -134,7 +135,9 @@ export async function fetchReleaseAsset(
   if (!meta.ok) {
     await meta.body?.cancel();
     throw new CliError(
-      `Cannot resolve release download ${url.href}: GET ${metaUrl} returned ${meta.status} ${meta.statusText}`,
+      `Cannot resolve release download ${
+        redactUrl(url)
+      }: GET ${metaUrl} returned ${meta.status} ${meta.statusText}`,
       { hint: "check the tag, and that the token can read the repository" },
     );
   }
@@ -142,9 +145,10 @@ export async function fetchReleaseAsset(
   try {
     release = await meta.json();
   } catch (err) {
-    throw new CliError(`Cannot resolve release download ${url.href}: ${metaUrl} returned no JSON`, {
-      cause: err,
-    });
+    throw new CliError(
+      `Cannot resolve release download ${redactUrl(url)}: ${metaUrl} returned no JSON`,
+      { cause: err },
+    );
   }
   const asset = release.assets?.find((a) => a.name === ref.name);
   if (!asset || typeof asset.url !== "string") {
@@ -155,7 +159,7 @@ export async function fetchReleaseAsset(
   }
   const problem = assetUrlProblem(api, ref, asset.url);
   if (problem) {
-    throw new CliError(`Refusing release download ${url.href}: ${problem}`, {
+    throw new CliError(`Refusing release download ${redactUrl(url)}: ${problem}`, {
       hint: "the API must return the exact asset endpoint of the same repository",
     });
   }

@@ -52,11 +52,26 @@ export function staticToken(entry: AuthEntry): TokenResult {
   return result;
 }
 
+/**
+ * Whether a token cannot travel in a header: a control character (such as a
+ * line break) inside it, or a character beyond Latin-1. The runtime would
+ * refuse the header, for a line break with an error that quotes it in full.
+ */
+function unsendable(token: string): boolean {
+  return /[^\x20-\x7e\x80-\xff]/.test(token.replace(/^[\t\n\r ]+|[\t\n\r ]+$/g, ""));
+}
+
+const UNSENDABLE = "holds a line break or another character a header cannot carry";
+
 function readStaticToken(entry: AuthEntry): TokenResult {
   if (entry.token_env) {
     const v = Deno.env.get(entry.token_env);
+    if (v && unsendable(v)) return { token: null, reason: `$${entry.token_env} ${UNSENDABLE}` };
     if (v) return { token: v, source: `$${entry.token_env} ${maskSecret(v)}` };
     if (!entry.token) return { token: null, reason: `$${entry.token_env} is not set` };
+  }
+  if (entry.token && unsendable(entry.token)) {
+    return { token: null, reason: `the inline token ${UNSENDABLE}` };
   }
   if (entry.token) return { token: entry.token, source: `inline token ${maskSecret(entry.token)}` };
   return { token: null, reason: "no token" };
@@ -158,6 +173,8 @@ async function adToken(
       method: "POST",
       headers: { "content-type": "application/x-www-form-urlencoded", accept: "application/json" },
       body,
+      // A 307/308 would replay the client secret to wherever it points.
+      redirect: "manual",
     });
   } catch (err) {
     throw new CliError(`cloud-ad: token request to ${authority} failed`, {

@@ -1,0 +1,13 @@
+import assert from "node:assert/strict";
+import { redactUrl } from "./redact.ts";
+
+Deno.test("redactUrl() shows no user name or password and leaves the rest alone", () => {
+  const cases: [string, string][] = [
+    ["https://api.github.com/user?page=2", "https://api.github.com/user?page=2"],
+    ["https://x-access-token:ghp_secret@github.com/o/r", "https://****@github.com/o/r"],
+    ["https://ghp_secret@github.com/o/r", "https://****@github.com/o/r"],
+    ["https://:ghp_secret@github.com/", "https://****@github.com/"],
+    ["http://u:p@127.0.0.1:8080/a#f", "http://****@127.0.0.1:8080/a#f"],
+  ];
+  for (const [url, want] of cases) assert.equal(redactUrl(new URL(url)), want, url);
+});
