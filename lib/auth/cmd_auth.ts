@@ -1,10 +1,12 @@
 /** `forgekit auth`: doctor, explain, init and git-credential. */
-import { dirname } from "node:path";
+import { basename, dirname, join } from "node:path";
 import {
   bold,
   CliError,
   dispatchSubcommand,
+  findCommand,
   green,
+  makeDirs,
   parseCommandArgs,
   printJson,
   red,
@@ -84,10 +86,11 @@ x-token-auth with the access token of a repohost bearer entry. "store" and
 
 async function doctor(args: string[]): Promise<number> {
   if (wantsHelp(args)) return help(DOCTOR_HELP);
-  const { values } = parseCommandArgs("forgekit auth doctor", args, {
+  const { values, positionals } = parseCommandArgs("forgekit auth doctor", args, {
     "auth-file": { type: "string" },
     json: { type: "boolean" },
   });
+  noArguments("doctor", positionals);
   const path = authFilePath(values["auth-file"]);
   const shown = displayPath(path);
   const lines: string[] = [];
@@ -95,7 +98,7 @@ async function doctor(args: string[]): Promise<number> {
   const prev = setWarn((w) => warnings.push(w.replace(/^warning: /, "")));
   let config;
   try {
-    config = await loadAuthConfig(path);
+    config = await loadAuthConfig(values["auth-file"]);
   } finally {
     setWarn(prev);
   }
@@ -117,7 +120,7 @@ async function doctor(args: string[]): Promise<number> {
     ok: boolean;
     detail: string;
   }[] = [];
-  const hasAz = await onPath("az");
+  const hasAz = findCommand("az") !== null;
   for (const e of config.entries) {
     let ok = true;
     let detail: string;
@@ -169,17 +172,6 @@ async function doctor(args: string[]): Promise<number> {
   return usable ? 0 : 2;
 }
 
-async function onPath(cmd: string): Promise<boolean> {
-  for (const dir of (Deno.env.get("PATH") ?? "").split(":")) {
-    if (!dir) continue;
-    try {
-      const st = await Deno.stat(`${dir}/${cmd}`);
-      if (st.isFile && (st.mode ?? 0o111) & 0o111) return true;
-    } catch { /* next */ }
-  }
-  return false;
-}
-
 async function explain(args: string[]): Promise<number> {
   if (wantsHelp(args)) return help(EXPLAIN_HELP);
   const { values, positionals } = parseCommandArgs("forgekit auth explain", args, {
@@ -193,7 +185,11 @@ async function explain(args: string[]): Promise<number> {
   try {
     url = new URL(positionals[0]);
   } catch (err) {
-    throw usageError(`Not a URL: ${positionals[0]}`, "e.g. https://api.github.com/user", err);
+    throw usageError(
+      `Not a URL (got: ${JSON.stringify(positionals[0])})`,
+      "e.g. https://api.github.com/user",
+      err,
+    );
   }
   const config = await loadAuthConfig(values["auth-file"]);
   const entries = matchingEntries(config, url.hostname);
@@ -231,27 +227,47 @@ async function explain(args: string[]): Promise<number> {
 
 async function init(args: string[]): Promise<number> {
   if (wantsHelp(args)) return help(INIT_HELP);
-  const { values } = parseCommandArgs("forgekit auth init", args, {
+  const { values, positionals } = parseCommandArgs("forgekit auth init", args, {
     "auth-file": { type: "string" },
   });
+  noArguments("init", positionals);
   const path = authFilePath(values["auth-file"]);
-  await Deno.mkdir(dirname(path), { recursive: true, mode: 0o700 });
+  const shown = displayPath(path);
+  const hint = "give --auth-file the path of a file, e.g. ~/.forgekit/auth.json";
+  if (path.endsWith("/")) throw usageError(`${shown} is a directory path`, hint);
+  const existing = await Deno.lstat(path).catch(() => null);
+  if (existing?.isDirectory) throw usageError(`${shown} is a directory`, hint);
+  if (existing) {
+    throw new CliError(`${shown} already exists; not overwriting it`, {
+      hint: "edit it, or check it with: forgekit auth doctor",
+    });
+  }
+  const dir = dirname(path);
+  let made: string | null;
   try {
-    const f = await Deno.open(path, { write: true, createNew: true, mode: 0o600 });
-    await f.write(new TextEncoder().encode(INIT_TEMPLATE));
-    f.close();
+    made = await makeDirs(dir, { mode: 0o700 });
   } catch (err) {
-    if (err instanceof Deno.errors.AlreadyExists) {
-      throw new CliError(`${displayPath(path)} already exists; not overwriting it`, {
+    throw usageError(`Cannot create ${displayPath(dir)}`, "check --auth-file", err);
+  }
+  // Written whole to a temporary file, then linked into place: link() never
+  // overwrites, so a file that appeared meanwhile is kept and nothing half-written is left.
+  const tmp = join(dir, `.${basename(path)}.forgekit-${crypto.randomUUID().slice(0, 8)}.tmp`);
+  try {
+    await Deno.writeTextFile(tmp, INIT_TEMPLATE, { createNew: true, mode: 0o600 });
+    await Deno.chmod(tmp, 0o600);
+    await Deno.link(tmp, path);
+  } catch (err) {
+    if (made) await Deno.remove(made, { recursive: true }).catch(() => {});
+    if (err instanceof Deno.errors.AlreadyExists && (await Deno.lstat(path).catch(() => null))) {
+      throw new CliError(`${shown} already exists; not overwriting it`, {
         hint: "edit it, or check it with: forgekit auth doctor",
       });
     }
-    throw new CliError(`Cannot write ${displayPath(path)}`, { cause: err });
+    throw new CliError(`Cannot write ${shown}`, { cause: err });
+  } finally {
+    await Deno.remove(tmp).catch(() => {});
   }
-  await Deno.chmod(path, 0o600);
-  console.log(
-    `wrote ${displayPath(path)} (mode 600); set GH_TOKEN, then run: forgekit auth doctor`,
-  );
+  console.log(`wrote ${shown} (mode 600); set GH_TOKEN, then run: forgekit auth doctor`);
   return 0;
 }
 
@@ -261,6 +277,7 @@ async function gitCredential(args: string[]): Promise<number> {
     "auth-file": { type: "string" },
   });
   const op = positionals[0];
+  noArguments("git-credential", positionals.slice(1));
   if (!["get", "store", "erase"].includes(op ?? "")) {
     throw usageError(
       `Unknown git-credential operation: ${op ?? "(none)"}`,
@@ -282,6 +299,15 @@ async function gitCredential(args: string[]): Promise<number> {
     return 0;
   }
   return 0;
+}
+
+function noArguments(command: string, positionals: string[]): void {
+  if (positionals.length) {
+    throw usageError(
+      `Unexpected argument: ${positionals[0]}`,
+      `run: forgekit auth ${command} --help`,
+    );
+  }
 }
 
 function help(text: string): number {

@@ -73,7 +73,7 @@ export async function runFetch(args: string[]): Promise<number> {
     sha256: { type: "string" },
     request: { type: "string", short: "X" },
     header: { type: "string", short: "H", multiple: true },
-    data: { type: "string", short: "d" },
+    data: { type: "string", short: "d", allowEmpty: true },
     include: { type: "boolean", short: "i" },
     verbose: { type: "boolean", short: "v" },
     "auth-file": { type: "string" },
@@ -88,7 +88,11 @@ export async function runFetch(args: string[]): Promise<number> {
   try {
     url = new URL(positionals[0]);
   } catch (err) {
-    throw usageError(`Not a URL: ${positionals[0]}`, "e.g. https://api.github.com/user", err);
+    throw usageError(
+      `Not a URL (got: ${JSON.stringify(positionals[0])})`,
+      "e.g. https://api.github.com/user",
+      err,
+    );
   }
   if (url.protocol !== "https:" && url.protocol !== "http:") {
     throw usageError(
@@ -97,6 +101,7 @@ export async function runFetch(args: string[]): Promise<number> {
     );
   }
   const expected = values.sha256 !== undefined ? parseSha256(values.sha256) : null;
+  if (values.output !== undefined) await checkOutputPath(values.output);
   const headers = new Headers();
   for (const h of values.header ?? []) headers.append(...parseHeader(h));
   const body = values.data !== undefined ? await readData(values.data) : undefined;
@@ -171,6 +176,26 @@ function checkDigest(actual: string, expected: string | null, what: string) {
   }
 }
 
+/** Refuses an -o path that cannot be written, before any request is made. */
+async function checkOutputPath(dest: string): Promise<void> {
+  const hint = "give -o a file path in an existing directory";
+  const target = await Deno.stat(dest).catch(() => null); // if missing, its directory is checked
+  if (target?.isDirectory) throw usageError(`-o ${dest} is a directory`, hint);
+  const dir = dirname(dest);
+  let info: Deno.FileInfo;
+  try {
+    info = await Deno.stat(dir);
+  } catch (err) {
+    const why = err instanceof Deno.errors.NotFound
+      ? `the directory ${dir} does not exist`
+      : err instanceof Deno.errors.NotADirectory
+      ? `${dir} is not a directory`
+      : `cannot use ${dir}`;
+    throw usageError(`-o ${dest}: ${why}`, hint, err);
+  }
+  if (!info.isDirectory) throw usageError(`-o ${dest}: ${dir} is not a directory`, hint);
+}
+
 async function saveAtomically(
   dest: string,
   res: Response,
@@ -187,10 +212,7 @@ async function saveAtomically(
     file = await Deno.open(tmp, { write: true, createNew: true, mode: 0o644 });
   } catch (err) {
     await res.body?.cancel();
-    throw new CliError(`Cannot write ${dest}`, {
-      hint: "check that the directory exists and is writable",
-      cause: err,
-    });
+    throw usageError(`Cannot write ${dest}`, "check that the directory is writable", err);
   }
   let ok = false;
   try {
@@ -204,7 +226,9 @@ async function saveAtomically(
     await file.sync();
     file.close();
     checkDigest(digest.hex(), expected, res.url ? redactUrl(new URL(res.url)) : dest);
-    await Deno.rename(tmp, dest);
+    await Deno.rename(tmp, dest).catch((err) => {
+      throw new CliError(`Cannot write ${dest}`, { cause: err });
+    });
     ok = true;
   } finally {
     if (!ok) {

@@ -1,7 +1,14 @@
 /** `forgekit firewall`: run a command whose only way out is forgekit's filtering proxy. */
 import { listenProxy, type ProxyListener } from "./node_conn.ts";
 import { join } from "node:path";
-import { CliError, parseCommandArgs, splitList, usageError, yellow } from "../cli/mod.ts";
+import {
+  CliError,
+  findCommand,
+  parseCommandArgs,
+  splitList,
+  usageError,
+  yellow,
+} from "../cli/mod.ts";
 import { AccessLog } from "./access_log.ts";
 import { domainMatches } from "./domain_policy.ts";
 import { splitDomainText, validateDomains } from "./host_validation.ts";
@@ -87,6 +94,16 @@ export async function runFirewall(argv: string[]): Promise<number> {
       "e.g. forgekit firewall --allow-domains github.com -- curl https://github.com",
     );
   }
+  if (command[0] === "") {
+    throw usageError("The command after -- is empty", "e.g. -- curl https://github.com");
+  }
+  // Checked here, before the log directory and the session exist.
+  if (findCommand(command[0]) === null) {
+    throw usageError(
+      `Cannot run ${command[0]}: command not found`,
+      "check the command name and PATH",
+    );
+  }
   const level = (values["log-level"] ?? "info") as typeof LEVELS[number];
   if (!LEVELS.includes(level)) {
     throw usageError(
@@ -121,6 +138,12 @@ export async function runFirewall(argv: string[]): Promise<number> {
       "add --ssl-bump, or use --allow-domains for domain-level filtering",
     );
   }
+  if (values["ssl-bump"] && allow.length === 0) {
+    throw usageError(
+      "--ssl-bump needs --allow-domains: with an empty allow list there is nothing to inspect",
+      "e.g. --ssl-bump --allow-domains github.com",
+    );
+  }
   if (noBump.length && !values["ssl-bump"]) {
     throw usageError("--no-bump-domains needs --ssl-bump", "add --ssl-bump");
   }
@@ -135,16 +158,24 @@ export async function runFirewall(argv: string[]): Promise<number> {
   const patterns = values["ssl-bump"] ? parseUrlPatterns(urlList) : [];
   const upstreamCaCerts: string[] = [];
   for (
-    const f of [
-      ...(values["upstream-ca"] ?? []),
-      ...(Deno.env.get("DENO_CERT") ? [Deno.env.get("DENO_CERT")!] : []),
+    const [option, f] of [
+      ...(values["upstream-ca"] ?? []).map((f) => ["--upstream-ca", f]),
+      ...(Deno.env.get("DENO_CERT") ? [["DENO_CERT", Deno.env.get("DENO_CERT")!]] : []),
     ]
   ) {
+    let pem: string;
     try {
-      upstreamCaCerts.push(Deno.readTextFileSync(f));
+      pem = Deno.readTextFileSync(f);
     } catch (err) {
       throw usageError(`Cannot read CA file ${f}`, "check --upstream-ca / DENO_CERT", err);
     }
+    if (values["ssl-bump"] && !pem.includes("-----BEGIN CERTIFICATE-----")) {
+      throw usageError(
+        `${option} ${f} has no PEM certificate`,
+        "give a file with -----BEGIN CERTIFICATE----- blocks",
+      );
+    }
+    upstreamCaCerts.push(pem);
   }
 
   const info = (line: string) => {

@@ -5,8 +5,14 @@
 import { parseArgs, type ParseArgsConfig } from "node:util";
 import { usageError } from "./errors.ts";
 
-/** Options accepted by {@linkcode parseCommandArgs}. */
-export type OptionSpec = NonNullable<ParseArgsConfig["options"]>;
+/**
+ * Options accepted by {@linkcode parseCommandArgs}: parseArgs options, plus
+ * `allowEmpty` for the rare option whose value may be the empty string.
+ */
+export type OptionSpec = Record<
+  string,
+  NonNullable<ParseArgsConfig["options"]>[string] & { allowEmpty?: boolean }
+>;
 
 /** Whether the arguments ask for help (`-h`/`--help` before a bare `--`). */
 export function wantsHelp(args: string[]): boolean {
@@ -18,7 +24,10 @@ export function wantsHelp(args: string[]): boolean {
 }
 
 /**
- * Parses `args` against `options`, strictly.
+ * Parses `args` against `options`, strictly. Besides parseArgs' own checks,
+ * an option given twice (unless `multiple`) and an empty value (unless
+ * `allowEmpty`) are usage errors: in a script both are usually a mistake,
+ * such as an unset variable, that would otherwise pass unnoticed.
  *
  * @param command the command's full name for messages, e.g. `forgekit fetch`
  * @example
@@ -33,14 +42,31 @@ export function parseCommandArgs<T extends OptionSpec>(
   args: string[],
   options: T,
 ) {
+  let parsed;
   try {
-    return parseArgs({ args, options, allowPositionals: true, strict: true });
+    parsed = parseArgs({ args, options, allowPositionals: true, strict: true, tokens: true });
   } catch (err) {
     const msg = err instanceof Error ? err.message : String(err);
     // parseArgs messages are multi-sentence; keep the first sentence.
     const first = msg.split(/\.\s|\n/)[0].replace(/\.$/, "");
     throw usageError(first, `run: ${command} --help`, err);
   }
+  const seen = new Set<string>();
+  for (const t of parsed.tokens) {
+    if (t.kind !== "option") continue;
+    const spec = options[t.name];
+    if (!spec.multiple && seen.has(t.name)) {
+      throw usageError(
+        `--${t.name} is given more than once`,
+        `give it once; run: ${command} --help`,
+      );
+    }
+    seen.add(t.name);
+    if (t.value === "" && !spec.allowEmpty) {
+      throw usageError(`--${t.name} must not be empty`, `run: ${command} --help`);
+    }
+  }
+  return { values: parsed.values, positionals: parsed.positionals };
 }
 
 /** Splits a comma-separated option value, trimming entries (empty entries are kept for validation). */
@@ -60,10 +86,10 @@ export async function dispatchSubcommand(
   subcommands: Record<string, (args: string[]) => Promise<number>>,
 ): Promise<number> {
   const [sub, ...rest] = args;
+  if (sub === "help" && rest[0] !== undefined) {
+    return await dispatchSubcommand(command, help, [rest[0], "--help"], subcommands);
+  }
   if (sub === undefined || sub === "help" || sub === "--help" || sub === "-h") {
-    if (sub === "help" && rest[0] && subcommands[rest[0]]) {
-      return await subcommands[rest[0]](["--help"]);
-    }
     if (sub === undefined) {
       console.error(help);
       return 2;
@@ -71,7 +97,7 @@ export async function dispatchSubcommand(
     console.log(help);
     return 0;
   }
-  const run = subcommands[sub];
+  const run = Object.hasOwn(subcommands, sub) ? subcommands[sub] : undefined; // not "constructor"
   if (!run) {
     throw usageError(
       `Unknown command: ${command} ${sub}`,

@@ -71,7 +71,9 @@ export function formatError(err: unknown): string {
     seen.add(current);
     if (current instanceof Error) {
       const msg = current.message.trim();
-      if (msg && !parts.some((p) => p.includes(msg))) parts.push(msg);
+      // A cause whose first sentence was already said adds only noise.
+      const first = msg.split(/\.\s|\n/)[0].replace(/\.$/, "");
+      if (msg && !parts.some((p) => p.includes(first || msg))) parts.push(msg);
       if (current instanceof CliError && current.hint && hint === undefined) hint = current.hint;
       current = current.cause;
     } else {

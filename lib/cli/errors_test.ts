@@ -16,6 +16,18 @@ Deno.test("formatError() prints one line: what, causes, then the hint", () => {
       "error: Cannot read auth.json: Permission denied",
     ],
     [new Error("two\nlines"), "error: two lines"],
+    [
+      usageError("Cannot read x", "check x", new Error("Permission denied. Really")),
+      "error: Cannot read x: Permission denied. Really (check x)",
+    ],
+    [
+      usageError(
+        "Unknown option '--x'",
+        "run: forgekit fetch --help",
+        new TypeError("Unknown option '--x'. To specify a positional argument, use '--'"),
+      ),
+      "error: Unknown option '--x' (run: forgekit fetch --help)",
+    ],
     ["plain", "error: plain"],
   ];
   for (const [err, want] of cases) assert.equal(formatError(err), want);

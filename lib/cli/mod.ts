@@ -7,4 +7,5 @@ export * from "./args.ts";
 export * from "./color.ts";
 export type { Command } from "./command.ts";
 export * from "./errors.ts";
+export * from "./fs.ts";
 export * from "./output.ts";

@@ -55,11 +55,29 @@ interface StackJson {
   }[];
 }
 
+/** What to do about an API error status, after the server's own message. */
+function statusAdvice(status: number, url: string): string {
+  if (status === 401 || status === 403) {
+    return `; check the token: the codehost entry for ${
+      new URL(url).hostname
+    } in auth.json (run: forgekit auth explain ${url})`;
+  }
+  if (status === 404) {
+    return "; check --repo and the number, and that the repository allows stacked pull requests";
+  }
+  if (status >= 500) return "; the server failed: try again, or check its logs";
+  return "";
+}
+
+const NOT_AN_API =
+  "check --api-url: it must be the API base, e.g. https://api.github.com or https://HOST/api/v3";
+
 class Client {
   constructor(private base: string, private authFile?: string) {}
   async call(method: string, path: string, body?: unknown): Promise<unknown> {
     const url = `${this.base}${path}`;
     let res: Response;
+    let text: string;
     try {
       res = await authFetch(url, {
         method,
@@ -70,54 +88,114 @@ class Client {
         },
         body: body !== undefined ? JSON.stringify(body) : undefined,
       }, { authFile: this.authFile });
+      text = await res.text();
     } catch (err) {
       if (err instanceof CliError) throw err;
-      throw new CliError(`${method} ${url} failed`, {
-        hint: "check --api-url and the network",
+      throw new CliError(`Cannot reach ${this.base}: ${method} ${path} failed`, {
+        hint: "is the server running? check --api-url or FORGEKIT_API_URL, and the network",
         cause: err,
       });
     }
     if (res.status === 204) return null;
-    const text = await res.text();
-    let json: unknown = null;
+    let json: unknown = undefined;
     try {
-      json = text ? JSON.parse(text) : null;
+      json = JSON.parse(text);
     } catch { /* not JSON */ }
     if (!res.ok) {
-      const j = json as {
-        message?: string;
-        errors?: { message?: string; code?: string; field?: string }[];
-      } | null;
-      const details = (j?.errors ?? []).map((e) => e.message ?? `${e.field} ${e.code}`).join("; ");
-      const msg = j?.message
+      const j = json as
+        | {
+          message?: unknown;
+          errors?: { message?: string; code?: string; field?: string }[];
+        }
+        | null
+        | undefined;
+      const errors = Array.isArray(j?.errors) ? j.errors : [];
+      const details = errors.map((e) => e?.message ?? `${e?.field} ${e?.code}`).join("; ");
+      const msg = typeof j?.message === "string" && j.message
         ? `${j.message}${details ? `: ${details}` : ""}`
         : `${res.status} ${res.statusText}`;
-      throw new CliError(msg, { hint: `${method} ${url} returned ${res.status}` });
+      throw new CliError(msg, {
+        hint: `${method} ${url} returned ${res.status}${statusAdvice(res.status, url)}`,
+      });
+    }
+    if (json === undefined) {
+      throw new CliError(`${method} ${url} returned ${res.status} with a body that is not JSON`, {
+        hint: NOT_AN_API,
+      });
     }
     return json;
   }
+
+  /** A call whose answer must pass `check`, else a clear error naming what was expected. */
+  async expect<T>(
+    what: string,
+    check: (v: unknown) => v is T,
+    req: { method: string; path: string; body?: unknown },
+  ): Promise<T> {
+    const v = await this.call(req.method, req.path, req.body);
+    if (!check(v)) {
+      throw new CliError(`${req.method} ${this.base}${req.path} did not return ${what}`, {
+        hint: NOT_AN_API,
+      });
+    }
+    return v;
+  }
 }
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+
+function isStack(v: unknown): v is StackJson {
+  return isObject(v) && typeof v.number === "number" && typeof v.open === "boolean" &&
+    isObject(v.base) && typeof v.base.ref === "string" && Array.isArray(v.pull_requests) &&
+    v.pull_requests.every((p) =>
+      isObject(p) && typeof p.number === "number" && typeof p.state === "string" &&
+      isObject(p.head) && typeof p.head.ref === "string"
+    );
+}
+
+function isStackList(v: unknown): v is StackJson[] {
+  return Array.isArray(v) && v.every(isStack);
+}
+
+function isPull(v: unknown): v is { title: string } {
+  return isObject(v) && typeof v.title === "string";
+}
+
+const OWNER_REPO = /^[A-Za-z0-9_.-]+\/[A-Za-z0-9_.-]+$/;
 
 function setup(command: string, args: string[], extra: Record<string, { type: "string" }> = {}) {
   const { values, positionals } = parseCommandArgs(command, args, { ...COMMON, ...extra });
   const repo = values.repo as string | undefined;
-  if (!repo || !/^[^/\s]+\/[^/\s]+$/.test(repo)) {
+  if (!repo || !OWNER_REPO.test(repo) || repo.split("/").some((p) => p === "." || p === "..")) {
     throw usageError(
       repo ? `--repo must be OWNER/REPO (got: ${repo})` : "Missing --repo OWNER/REPO",
       "e.g. --repo octo/app",
     );
   }
-  const apiUrl = ((values["api-url"] as string | undefined) ?? Deno.env.get("FORGEKIT_API_URL") ??
-    "https://api.github.com")
+  const given = values["api-url"] as string | undefined;
+  const option = given !== undefined ? "--api-url" : "FORGEKIT_API_URL";
+  const apiUrl = (given ?? Deno.env.get("FORGEKIT_API_URL") ?? "https://api.github.com")
     .replace(/\/+$/, "");
+  const example = `e.g. ${option}${
+    option === "--api-url" ? " " : "="
+  }https://ghe.example.com/api/v3`;
+  let parsed: URL;
   try {
-    new URL(apiUrl);
+    parsed = new URL(apiUrl);
   } catch (err) {
+    throw usageError(`${option} is not a URL (got: ${JSON.stringify(apiUrl)})`, example, err);
+  }
+  if (parsed.username || parsed.password) {
+    // Never echoed: the password is likely a token.
     throw usageError(
-      `--api-url is not a URL (got: ${apiUrl})`,
-      "e.g. --api-url https://ghe.example.com/api/v3",
-      err,
+      `${option} must not contain a user name or password`,
+      `put the token in auth.json, in a codehost entry for ${parsed.hostname}`,
     );
+  }
+  if (parsed.protocol !== "https:" && parsed.protocol !== "http:") {
+    throw usageError(`${option} must be an https:// or http:// URL (got: ${apiUrl})`, example);
   }
   return {
     values,
@@ -131,11 +209,23 @@ function setup(command: string, args: string[], extra: Record<string, { type: "s
 function numbers(positionals: string[], what: string): number[] {
   return positionals.map((p) => {
     const n = Number(p.replace(/^#/, ""));
-    if (!Number.isInteger(n) || n < 1) {
-      throw usageError(`${what} must be numbers (got: ${p})`, "e.g. 12 13 14");
+    if (!/^#?\d+$/.test(p) || !Number.isSafeInteger(n) || n < 1) {
+      throw usageError(
+        `${what} must be a positive whole number (got: ${JSON.stringify(p)})`,
+        "e.g. 12 13 14",
+      );
     }
     return n;
   });
+}
+
+function noArguments(command: string, positionals: string[]): void {
+  if (positionals.length) {
+    throw usageError(
+      `Unexpected argument: ${positionals[0]}`,
+      `run: forgekit stack ${command} --help`,
+    );
+  }
 }
 
 function summary(s: StackJson): string {
@@ -160,14 +250,18 @@ function withHelp(text: string, run: (args: string[]) => Promise<number>) {
 }
 
 async function list(args: string[]): Promise<number> {
-  const { client, repoPath, json, values } = setup("forgekit stack list", args, {
+  const { client, repoPath, json, values, positionals } = setup("forgekit stack list", args, {
     "pull-request": { type: "string" },
   });
+  noArguments("list", positionals);
   const pr = (values as Record<string, unknown>)["pull-request"] as string | undefined;
   const q = pr
     ? `?pull_request=${numbers([pr], "--pull-request")[0]}&per_page=100`
     : "?per_page=100";
-  const stacks = await client.call("GET", `${repoPath}/stacks${q}`) as StackJson[];
+  const stacks = await client.expect("stacks", isStackList, {
+    method: "GET",
+    path: `${repoPath}/stacks${q}`,
+  });
   if (json) printJson(stacks);
   else if (stacks.length === 0) console.log("no stacks");
   else for (const s of stacks) console.log(summary(s));
@@ -180,10 +274,16 @@ async function view(args: string[]): Promise<number> {
     throw usageError("Expected one stack number", "e.g. forgekit stack view 3 --repo o/r");
   }
   const n = numbers(positionals, "The stack number")[0];
-  const s = await client.call("GET", `${repoPath}/stacks/${n}`) as StackJson;
+  const s = await client.expect("a stack", isStack, {
+    method: "GET",
+    path: `${repoPath}/stacks/${n}`,
+  });
   const titles = await Promise.all(
     s.pull_requests.map(async (p) =>
-      ((await client.call("GET", `${repoPath}/pulls/${p.number}`)) as { title: string }).title
+      (await client.expect("a pull request", isPull, {
+        method: "GET",
+        path: `${repoPath}/pulls/${p.number}`,
+      })).title
     ),
   );
   if (json) {
@@ -207,9 +307,17 @@ async function view(args: string[]): Promise<number> {
 
 async function create(args: string[]): Promise<number> {
   const { client, repoPath, json, positionals } = setup("forgekit stack create", args);
-  const s = await client.call("POST", `${repoPath}/stacks`, {
-    pull_requests: numbers(positionals, "Pull requests"),
-  }) as StackJson;
+  if (positionals.length === 0) {
+    throw usageError(
+      "Missing the pull requests to stack",
+      "e.g. forgekit stack create 12 13 14 --repo o/r (bottom to top)",
+    );
+  }
+  const s = await client.expect("a stack", isStack, {
+    method: "POST",
+    path: `${repoPath}/stacks`,
+    body: { pull_requests: numbers(positionals, "A pull request number") },
+  });
   if (json) printJson(s);
   else console.log(`created stack ${summary(s)}`);
   return 0;
@@ -217,16 +325,18 @@ async function create(args: string[]): Promise<number> {
 
 async function add(args: string[]): Promise<number> {
   const { client, repoPath, json, positionals } = setup("forgekit stack add", args);
-  const [n, ...prs] = numbers(positionals, "Arguments");
-  if (n === undefined) {
+  const [n, ...prs] = numbers(positionals, "A stack or pull request number");
+  if (n === undefined || prs.length === 0) {
     throw usageError(
       "Expected a stack number and pull requests",
       "e.g. forgekit stack add 3 15 16 --repo o/r",
     );
   }
-  const s = await client.call("POST", `${repoPath}/stacks/${n}/add`, {
-    pull_requests: prs,
-  }) as StackJson;
+  const s = await client.expect("a stack", isStack, {
+    method: "POST",
+    path: `${repoPath}/stacks/${n}/add`,
+    body: { pull_requests: prs },
+  });
   if (json) printJson(s);
   else console.log(`extended stack ${summary(s)}`);
   return 0;
@@ -238,7 +348,11 @@ async function unstack(args: string[]): Promise<number> {
     throw usageError("Expected one stack number", "e.g. forgekit stack unstack 3 --repo o/r");
   }
   const n = numbers(positionals, "The stack number")[0];
-  const s = await client.call("POST", `${repoPath}/stacks/${n}/unstack`) as StackJson | null;
+  const s = await client.expect(
+    "a stack",
+    (v): v is StackJson | null => v === null || isStack(v),
+    { method: "POST", path: `${repoPath}/stacks/${n}/unstack` },
+  );
   if (json) printJson(s);
   else {console.log(
       s === null

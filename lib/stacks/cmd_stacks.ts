@@ -3,6 +3,7 @@ import { dirname } from "node:path";
 import {
   CliError,
   dispatchSubcommand,
+  makeDirs,
   parseCommandArgs,
   usageError,
   wantsHelp,
@@ -49,28 +50,46 @@ Creates the user if needed and prints only the token on stdout. Tokens are
 stored hashed (SHA-256); a lost token cannot be shown again.`;
 
 async function openStore(path: string): Promise<Store> {
-  if (path !== ":memory:") await Deno.mkdir(dirname(path), { recursive: true });
+  let made: string | null = null;
   try {
+    if (path !== ":memory:") made = await makeDirs(dirname(path));
     return openSqliteStore(path);
   } catch (err) {
-    throw new CliError(`Cannot open database ${path}`, {
-      hint: "check the path and its permissions",
-      exitCode: 2,
-      cause: err,
-    });
+    // A database that cannot be opened leaves no directory of ours behind.
+    if (made) await Deno.remove(made, { recursive: true }).catch(() => {});
+    throw usageError(`Cannot open database ${path}`, "check --db and its permissions", err);
   }
 }
 
-function intOption(name: string, raw: string | undefined, dflt: number, max: number): number {
-  if (raw === undefined) return dflt;
+function intOption(
+  name: string,
+  raw: string | undefined,
+  range: { fallback: number; min: number; max: number },
+): number {
+  if (raw === undefined) return range.fallback;
   const n = Number(raw);
-  if (!/^\d+$/.test(raw) || n > max) {
+  if (!/^\d+$/.test(raw) || n < range.min || n > range.max) {
     throw usageError(
-      `--${name} must be a whole number from 0 to ${max} (got: ${raw})`,
-      `e.g. --${name} ${dflt}`,
+      `--${name} must be a whole number from ${range.min} to ${range.max} (got: ${raw})`,
+      `e.g. --${name} ${range.fallback}`,
     );
   }
   return n;
+}
+
+/** Deno.serve's listen errors: a port that is taken is a failure, a bad --host a usage error. */
+function listenError(err: unknown, hostname: string, port: number): CliError {
+  if (err instanceof Deno.errors.AddrInUse || err instanceof Deno.errors.PermissionDenied) {
+    return new CliError(`Cannot listen on ${hostname}:${port}`, {
+      hint: "pick another --port, or stop what uses it",
+      cause: err,
+    });
+  }
+  return usageError(
+    `--host ${JSON.stringify(hostname)} is not an address to listen on`,
+    "use an address of this machine, e.g. --host 127.0.0.1 or --host 0.0.0.0",
+    err,
+  );
 }
 
 async function serve(args: string[]): Promise<number> {
@@ -87,32 +106,41 @@ async function serve(args: string[]): Promise<number> {
   if (positionals.length) {
     throw usageError(`Unexpected argument: ${positionals[0]}`, "run: forgekit stacks serve --help");
   }
-  const port = intOption("port", values.port, 8080, 65535);
-  const backoffMs = intOption("hook-backoff-ms", values["hook-backoff-ms"], 2000, 3_600_000);
+  const port = intOption("port", values.port, { fallback: 8080, min: 0, max: 65535 });
+  const backoffMs = intOption("hook-backoff-ms", values["hook-backoff-ms"], {
+    fallback: 2000,
+    min: 1, // 0 would spend every retry at once: a receiver down for a moment loses the event
+    max: 3_600_000,
+  });
   const db = values.db ?? DEFAULT_DB;
   const hostname = values.host ?? "127.0.0.1";
-  const store = await openStore(db);
-  const worker = new DeliveryWorker(store, { backoffMs });
-  const app = createApp({ store, notify: () => worker.wake() });
   const ac = new AbortController();
+  // Listen first, so that a taken port or a bad --host creates no database.
+  let handler: Deno.ServeHandler<Deno.NetAddr> = () => new Response(null, { status: 503 });
   let server: Deno.HttpServer<Deno.NetAddr>;
   try {
-    server = Deno.serve({
-      hostname,
-      port,
-      signal: ac.signal,
-      onListen({ hostname: h, port: p }) {
-        const host = h.includes(":") ? `[${h}]` : h;
-        console.log(`forgekit stacks: listening on http://${host}:${p} (db ${db})`);
-      },
-    }, app.fetch);
+    server = Deno.serve(
+      { hostname, port, signal: ac.signal, onListen() {} },
+      (req, info) => handler(req, info),
+    );
   } catch (err) {
-    await store.close();
-    throw new CliError(`Cannot listen on ${hostname}:${port}`, {
-      hint: "pick another --port, or stop what uses it",
-      cause: err,
-    });
+    throw listenError(err, hostname, port);
   }
+  let store: Store;
+  try {
+    store = await openStore(db);
+  } catch (err) {
+    ac.abort();
+    await server.finished;
+    throw err;
+  }
+  const worker = new DeliveryWorker(store, { backoffMs });
+  const app = createApp({ store, notify: () => worker.wake() });
+  handler = app.fetch;
+  const { hostname: h, port: p } = server.addr;
+  console.log(
+    `forgekit stacks: listening on http://${h.includes(":") ? `[${h}]` : h}:${p} (db ${db})`,
+  );
   worker.start();
   const stop = () => ac.abort();
   Deno.addSignalListener("SIGINT", stop);
