@@ -302,3 +302,22 @@ Deno.test("forgekit stack against a broken server: one line naming the server, e
     await server.shutdown();
   }
 });
+
+Deno.test("firewall refuses an HTTPS_PROXY that is not an HTTP proxy, at start and without echoing its password", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "forgekit-cli-" });
+  try {
+    const r = await runForgekit(
+      ["firewall", "--allow-domains", "x.example", "--log-dir", `${dir}/logs`, "--", "true"],
+      { env: { HTTPS_PROXY: "socks5://me:SECRETSECRET@socks.corp:1080" } },
+    );
+    assert.equal(r.code, 2, r.stderr);
+    assert.match(
+      r.stderr,
+      /^error: HTTPS_PROXY names a socks5 proxy \(socks5:\/\/socks\.corp:1080\); forgekit chains through HTTP proxies only \(set HTTPS_PROXY to the http:\/\/HOST:PORT of an HTTP proxy, or unset it\)\n$/,
+    );
+    assert.doesNotMatch(r.stderr, /SECRETSECRET/);
+    assert.equal(await exists(`${dir}/logs`), false, "nothing was started");
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});

@@ -13,6 +13,7 @@ import { serveProxy } from "../lib/bump/proxy.ts";
 import { dialTunnel, proxyEnv } from "../lib/bump/upstream.ts";
 import { startOrigins } from "./support/origin.ts";
 import { concat } from "../lib/bump/conn_io.ts";
+import { startTestProxy } from "./support/proxy.ts";
 
 const enc = new TextEncoder();
 const dec = new TextDecoder();
@@ -333,5 +334,72 @@ Deno.test("an upstream proxy that does not answer CONNECT in time fails the dial
     silent.close();
     await accepting;
     for (const c of held) c.close();
+  }
+});
+
+Deno.test("credentials in HTTPS_PROXY reach the upstream proxy as Basic Proxy-Authorization on CONNECT; a 407 is named", async () => {
+  const target = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const accepting = (async () => {
+    for await (const c of target) c.close();
+  })();
+  const want = `Basic ${btoa("al@ice:s:cret")}`;
+  const proxy = startTestProxy({ "allowed.example:443": target.addr.port }, { requireAuth: want });
+  const via = (userinfo: string) =>
+    proxyEnv((n) => n === "HTTPS_PROXY" ? `http://${userinfo}127.0.0.1:${proxy.port}` : undefined);
+  try {
+    const conn = await dialTunnel(via("al%40ice:s%3Acret@"), "allowed.example", 443);
+    conn.close();
+    assert.deepEqual(proxy.hits.at(-1), {
+      method: "CONNECT",
+      target: "allowed.example:443",
+      authorization: want,
+    });
+    await assert.rejects(
+      () => dialTunnel(via(""), "allowed.example", 443),
+      /^Error: upstream proxy 127\.0\.0\.1:\d+ requires a user name and password \(407\): set HTTPS_PROXY to http:\/\/USER:PASSWORD@127\.0\.0\.1:\d+$/,
+    );
+    await assert.rejects(
+      () => dialTunnel(via("alice:SECRETSECRET@"), "allowed.example", 443),
+      (e: Error) => {
+        assert.match(
+          e.message,
+          /^upstream proxy 127\.0\.0\.1:\d+ refused the user name and password in HTTPS_PROXY \(407\)$/,
+        );
+        assert.doesNotMatch(e.message, /SECRETSECRET/);
+        return true;
+      },
+    );
+  } finally {
+    await proxy.close();
+    target.close();
+    await accepting;
+  }
+});
+
+Deno.test("plain HTTP through HTTP_PROXY carries forgekit's credentials for it, never the client's", async () => {
+  const up = startRecordingUpstream();
+  const withCreds = up.url.replace("http://", "http://u:p%40ss@");
+  try {
+    await withProxy(
+      async (send) => {
+        const res = await send(
+          "GET http://allowed.example/a HTTP/1.1\r\nHost: allowed.example\r\n" +
+            "Proxy-Authorization: Basic Y2xpZW50OmZvcmdla2l0\r\n\r\n",
+        );
+        assert.match(res, /^HTTP\/1\.1 200 OK\r\n/);
+      },
+      undefined,
+      withCreds,
+    );
+    assert.equal(up.got.length, 2, "one request per listener");
+    for (const got of up.got) {
+      assert.equal(
+        byteString(got),
+        "GET http://allowed.example/a HTTP/1.1\r\nHost: allowed.example\r\n" +
+          `Proxy-Authorization: Basic ${btoa("u:p@ss")}\r\nConnection: close\r\n\r\n`,
+      );
+    }
+  } finally {
+    await up.close();
   }
 });

@@ -177,6 +177,8 @@ export async function runFirewall(argv: string[]): Promise<number> {
     }
     upstreamCaCerts.push(pem);
   }
+  // The invoking environment's proxy (a corporate one), read and checked before anything starts.
+  const upstream = proxyEnv();
 
   const info = (line: string) => {
     if (level === "debug" || level === "info") console.error(line);
@@ -212,6 +214,7 @@ export async function runFirewall(argv: string[]): Promise<number> {
         allowDomains: allow,
         patterns,
         upstreamCaCerts,
+        upstream,
         log: (e) => log.write(e),
         debug,
       });
@@ -224,7 +227,7 @@ export async function runFirewall(argv: string[]): Promise<number> {
     serving = serveProxy(listener, {
       policy: { allow, block },
       log,
-      upstream: proxyEnv(),
+      upstream,
       bump: bump && {
         splice: (host) => noBump.some((d) => domainMatches(d, host)),
         intercept: (c, h, p, hello) => bump!.intercept(c, h, p, hello),

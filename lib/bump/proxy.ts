@@ -337,7 +337,12 @@ export async function handleClient(conn: ByteConn, opts: ProxyOptions): Promise<
   // connection and is checked on its own. The Host is the URL's (RFC 9112
   // §3.2.2), and only the request's own body is passed on.
   const head = latin1Encode(
-    plainRequestHead(req, up.viaProxy ? url.href : `${url.pathname}${url.search}`, url.host),
+    plainRequestHead(
+      req,
+      up.viaProxy ? url.href : `${url.pathname}${url.search}`,
+      url.host,
+      up.proxyAuthorization,
+    ),
   );
   await up.conn.write(concat([head, first]));
   let status: number | null = null;
@@ -376,16 +381,20 @@ export async function handleClient(conn: ByteConn, opts: ProxyOptions): Promise<
 
 /**
  * The head sent upstream for a plain-HTTP request: its method and version,
- * `target`, `Host: host`, and its end-to-end fields (hop-by-hop ones and
- * those `Connection` names dropped), then `Connection: close`.
+ * `target`, `Host: host`, forgekit's own credentials for the upstream proxy
+ * (the client's, meant for forgekit, are hop-by-hop and never passed on),
+ * and its end-to-end fields (hop-by-hop ones and those `Connection` names
+ * dropped), then `Connection: close`.
  */
 function plainRequestHead(
   req: { method: string; version: string; headers: [string, string][] },
   target: string,
   host: string,
+  proxyAuthorization: string | null,
 ): string {
   const listed = fieldTokens(req.headers, "connection");
   let head = `${req.method} ${target} HTTP/${req.version}\r\nHost: ${host}\r\n`;
+  if (proxyAuthorization) head += `Proxy-Authorization: ${proxyAuthorization}\r\n`;
   for (const [k, v] of req.headers) {
     if (k !== "host" && !PLAIN_HOP_BY_HOP.has(k) && !listed.includes(k)) head += `${k}: ${v}\r\n`;
   }

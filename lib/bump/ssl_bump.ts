@@ -10,7 +10,7 @@ import { createSessionCa, type Leaf } from "./ca.ts";
 import { type BumpLogEntry, Interceptor } from "./intercept.ts";
 import { LeafCache } from "./leaf_cache.ts";
 import { OriginClient } from "./origin_client.ts";
-import { proxyEnv } from "./upstream.ts";
+import { proxyEnv, type UpstreamProxyEnv } from "./upstream.ts";
 import type { ByteConn } from "./conn_io.ts";
 import { joinBundle, readSystemRoots } from "./trust_bundle.ts";
 import type { UrlPattern } from "./url_pattern.ts";
@@ -44,6 +44,8 @@ export interface BumpSessionOptions {
   headTimeoutMs?: number;
   /** An upstream proxy URL; by default the invoking environment's HTTPS_PROXY applies. */
   upstreamProxy?: string;
+  /** The invoking environment's proxy settings, when already read (`proxyEnv()`). */
+  upstream?: UpstreamProxyEnv;
 }
 
 /** A running `--ssl-bump` session. */
@@ -106,9 +108,8 @@ export async function createBumpSession(options: BumpSessionOptions): Promise<Bu
   const leaves = new LeafCache<Leaf>({ capacity: options.leafCacheSize ?? 1024 });
   const origins = new OriginClient({
     caCerts: options.upstreamCaCerts,
-    upstream: options.upstreamProxy
-      ? { https: new URL(options.upstreamProxy), noProxy: [] }
-      : proxyEnv(),
+    upstream: options.upstream ??
+      (options.upstreamProxy ? { https: new URL(options.upstreamProxy), noProxy: [] } : proxyEnv()),
   });
   const interceptor = new Interceptor({
     patterns: options.patterns,

@@ -1,8 +1,11 @@
 /**
  * Dialling upstream for the proxy: directly, or through the invoking
  * environment's HTTPS_PROXY / HTTP_PROXY (a corporate proxy, chained with
- * CONNECT), honouring NO_PROXY.
+ * CONNECT, with the URL's user and password as Basic proxy credentials),
+ * honouring NO_PROXY.
  */
+import { usageError } from "../cli/mod.ts";
+import { HEAD_TIMEOUT_MS, HeadTimeoutError, readHttpHead } from "./http_head.ts";
 
 /** The proxy settings of the invoking environment. */
 export interface UpstreamProxyEnv {
@@ -11,18 +14,38 @@ export interface UpstreamProxyEnv {
   noProxy: string[];
 }
 
-/** Reads HTTPS_PROXY, HTTP_PROXY and NO_PROXY (either case). */
+/**
+ * Reads HTTPS_PROXY, HTTP_PROXY and NO_PROXY (either case). A value without
+ * a scheme is taken as `http://`. A value that is not a URL, or names
+ * another kind of proxy (such as `socks5://`), is a usage error: ignoring it
+ * would send everything past the proxy the environment asks for.
+ */
 export function proxyEnv(
   env: (name: string) => string | undefined = (n) => Deno.env.get(n),
 ): UpstreamProxyEnv {
   const url = (a: string, b: string) => {
-    const v = env(a) ?? env(b);
+    const name = env(a) ? a : b;
+    const v = env(name);
     if (!v) return undefined;
+    let u: URL;
     try {
-      return new URL(v.includes("://") ? v : `http://${v}`);
-    } catch {
-      return undefined;
+      u = new URL(v.includes("://") ? v : `http://${v}`);
+    } catch (err) {
+      // Not echoed: the value may hold a password.
+      throw usageError(
+        `${name} is not a proxy URL`,
+        `set it to http://HOST:PORT (or http://USER:PASSWORD@HOST:PORT), or unset it`,
+        err,
+      );
     }
+    if (u.protocol !== "http:" && u.protocol !== "https:") {
+      throw usageError(
+        `${name} names a ${u.protocol.slice(0, -1)} proxy (${u.protocol}//${u.host}); ` +
+          "forgekit chains through HTTP proxies only",
+        `set ${name} to the http://HOST:PORT of an HTTP proxy, or unset it`,
+      );
+    }
+    return u;
   };
   const no = env("NO_PROXY") ?? env("no_proxy") ?? "";
   return {
@@ -32,6 +55,30 @@ export function proxyEnv(
   };
 }
 
+/**
+ * The `Proxy-Authorization` value for a proxy URL's user and password
+ * (Basic, RFC 9110 §11.7.1 and RFC 7617; percent-escapes decoded, UTF-8), or
+ * null when the URL has neither.
+ *
+ * @example
+ * ```ts
+ * proxyAuthorization(new URL("http://alice:s%3Acret@proxy:3128")); // "Basic YWxpY2U6czpjcmV0"
+ * proxyAuthorization(new URL("http://proxy:3128")); // null
+ * ```
+ */
+export function proxyAuthorization(proxy: URL): string | null {
+  if (proxy.username === "" && proxy.password === "") return null;
+  const decode = (s: string) => {
+    try {
+      return decodeURIComponent(s);
+    } catch {
+      return s; // a stray % is taken as it is, as curl does
+    }
+  };
+  const pair = `${decode(proxy.username)}:${decode(proxy.password)}`;
+  return `Basic ${new TextEncoder().encode(pair).toBase64()}`;
+}
+
 /** Whether NO_PROXY exempts a host. */
 export function bypassed(noProxy: string[], host: string): boolean {
   const h = host.toLowerCase();
@@ -39,8 +86,6 @@ export function bypassed(noProxy: string[], host: string): boolean {
     n === "*" || h === n.replace(/^\./, "") || h.endsWith(n.startsWith(".") ? n : `.${n}`)
   );
 }
-
-import { HEAD_TIMEOUT_MS, HeadTimeoutError, readHttpHead } from "./http_head.ts";
 
 const enc = new TextEncoder();
 
@@ -63,7 +108,13 @@ export async function dialTunnel(
   });
   try {
     const target = host.includes(":") ? `[${host}]:${port}` : `${host}:${port}`;
-    await conn.write(enc.encode(`CONNECT ${target} HTTP/1.1\r\nHost: ${target}\r\n\r\n`));
+    const auth = proxyAuthorization(via);
+    await conn.write(
+      enc.encode(
+        `CONNECT ${target} HTTP/1.1\r\nHost: ${target}\r\n` +
+          (auth ? `Proxy-Authorization: ${auth}\r\n` : "") + "\r\n",
+      ),
+    );
     const got = await readHttpHead(conn, timeoutMs).catch((err) => {
       if (!(err instanceof HeadTimeoutError)) throw err;
       throw new Error(`upstream proxy ${via.host} did not answer CONNECT ${target} in time`, {
@@ -73,6 +124,14 @@ export async function dialTunnel(
     if (!got) throw new Error(`upstream proxy ${via.host} closed the connection`);
     const status = Number(got.head.split(" ")[1]);
     const rest = got.rest;
+    if (status === 407) {
+      throw new Error(
+        auth
+          ? `upstream proxy ${via.host} refused the user name and password in HTTPS_PROXY (407)`
+          : `upstream proxy ${via.host} requires a user name and password (407): ` +
+            `set HTTPS_PROXY to http://USER:PASSWORD@${via.host}`,
+      );
+    }
     if (status !== 200) {
       throw new Error(`upstream proxy ${via.host} answered ${status} to CONNECT ${target}`);
     }
@@ -86,20 +145,28 @@ export async function dialTunnel(
 
 /**
  * Opens a connection for a plain-HTTP request: to the origin, or to the
- * environment's HTTP_PROXY (then the request keeps its absolute form).
+ * environment's HTTP_PROXY (then the request keeps its absolute form, and
+ * carries `proxyAuthorization` when the proxy URL has credentials).
  */
 export async function dialHttp(
   env: UpstreamProxyEnv,
   host: string,
   port: number,
-): Promise<{ conn: Deno.Conn; viaProxy: boolean }> {
+): Promise<{ conn: Deno.Conn; viaProxy: boolean; proxyAuthorization: string | null }> {
   const via = env.http && !bypassed(env.noProxy, host) ? env.http : undefined;
-  if (!via) return { conn: await Deno.connect({ hostname: host, port }), viaProxy: false };
+  if (!via) {
+    return {
+      conn: await Deno.connect({ hostname: host, port }),
+      viaProxy: false,
+      proxyAuthorization: null,
+    };
+  }
   return {
     conn: await Deno.connect({
       hostname: via.hostname.replace(/^\[|\]$/g, ""),
       port: Number(via.port || 80),
     }),
     viaProxy: true,
+    proxyAuthorization: proxyAuthorization(via),
   };
 }

@@ -14,6 +14,8 @@ export interface ProxyHit {
   method: string;
   /** `host:port` as the client asked for it. */
   target: string;
+  /** The request's Proxy-Authorization, if any. */
+  authorization?: string;
 }
 
 /** A running test proxy. */
@@ -77,7 +79,13 @@ async function splice(a: Deno.Conn, b: Deno.Conn): Promise<void> {
  * });
  * ```
  */
-export function startTestProxy(routes: Record<string, number> = {}): TestProxy {
+export function startTestProxy(
+  routes: Record<string, number> = {},
+  options: {
+    /** The Proxy-Authorization every request must carry; others get 407. */
+    requireAuth?: string;
+  } = {},
+): TestProxy {
   const table = new Map(Object.entries(routes));
   const hits: ProxyHit[] = [];
   const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
@@ -108,7 +116,16 @@ export function startTestProxy(routes: Record<string, number> = {}): TestProxy {
         lines[0] = `${method} ${url.pathname}${url.search} ${requestLine.split(" ")[2]}`;
         forwardHead = lines.filter((l) => !/^proxy-/i.test(l)).join("\r\n") + "\r\n\r\n";
       }
-      hits.push({ method, target: `${host}:${port}` });
+      const authorization = got.head.split("\r\n").find((l) => /^proxy-authorization:/i.test(l))
+        ?.slice("proxy-authorization:".length).trim();
+      hits.push({ method, target: `${host}:${port}`, authorization });
+      if (options.requireAuth !== undefined && authorization !== options.requireAuth) {
+        await conn.write(enc.encode(
+          'HTTP/1.1 407 Proxy Authentication Required\r\nProxy-Authenticate: Basic realm="test"\r\n' +
+            "Content-Length: 0\r\nConnection: close\r\n\r\n",
+        ));
+        return;
+      }
       const to = lookup(host, port);
       if (to === undefined) {
         await conn.write(enc.encode("HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n"));
