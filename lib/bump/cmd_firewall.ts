@@ -50,7 +50,8 @@ Logs and sandbox:
 
 Only ports 80 and 443 are allowed. HTTPS is checked by the CONNECT host and the TLS
 SNI, which must be equal; plain HTTP by the URL's host. Exit status: COMMAND's
-(130/143 when interrupted), 2 for usage errors, 1 when the sandbox cannot be made.
+(130/143 when interrupted), 2 for usage errors and when the sandbox cannot be made
+(no unshare or ip, not Linux), 1 when forgekit itself fails.
 
 Examples:
   sudo forgekit firewall --allow-domains github.com,npmjs.org -- npm ci

@@ -6,7 +6,7 @@
  */
 import { basename, dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { CliError } from "../cli/mod.ts";
+import { CliError, findCommand } from "../cli/mod.ts";
 import { startRelay } from "./relay.ts";
 
 /** What the inner side needs; written as JSON into the session directory. */
@@ -52,16 +52,6 @@ export function selfCommand(): string[] {
   return [exe];
 }
 
-function onPath(cmd: string): boolean {
-  return (Deno.env.get("PATH") ?? "").split(":").some((d) => {
-    try {
-      return d !== "" && Deno.statSync(join(d, cmd)).isFile;
-    } catch {
-      return false;
-    }
-  });
-}
-
 /**
  * Passes SIGINT and SIGTERM on to a child while it runs; returns the function
  * that stops doing so.
@@ -98,13 +88,13 @@ export async function runSandboxed(spec: SandboxSpec): Promise<number> {
       exitCode: 2,
     });
   }
-  if (!onPath("unshare")) {
+  if (findCommand("unshare") === null) {
     throw new CliError("Cannot create the sandbox: the unshare command was not found", {
       hint: "install util-linux, or use --no-sandbox",
       exitCode: 2,
     });
   }
-  if (!onPath("ip")) {
+  if (findCommand("ip") === null) {
     throw new CliError("Cannot create the sandbox: the ip command was not found", {
       hint: "install iproute2, or use --no-sandbox",
       exitCode: 2,
