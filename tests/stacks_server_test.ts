@@ -7,6 +7,7 @@
 import assert from "node:assert/strict";
 import { createHmac } from "node:crypto";
 import { join } from "node:path";
+import { openSqliteStore } from "../lib/stacks/mod.ts";
 import { runForgekit, spawnForgekit } from "./support/cli.ts";
 
 const SHA = (c: string) => c.repeat(40);
@@ -339,6 +340,71 @@ Deno.test("forgekit stack list/view/create/add/unstack against the running serve
     assert.match(noauth.stderr, /^error: Requires authentication/);
     const usage = await runForgekit(["stack", "view", "--repo", "nope"]);
     assert.equal(usage.code, 2);
+  } finally {
+    await s.stop();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("forgekit stack list shows every stack, past the API's 100 per page", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "forgekit-client-pages-" });
+  const db = join(dir, "stacks.db");
+  const tok = await token(db, "alice");
+  // 101 two-pull stacks, written straight to the database: the point is the
+  // listing, and 500 API calls would only make the test slow.
+  const store = openSqliteStore(db);
+  await store.transaction(async () => {
+    const alice = (await store.userByLogin("alice"))!;
+    const repo = await store.createRepo({
+      owner_id: alice.id,
+      name: "app",
+      private: false,
+      allow_stacked_pull_requests: true,
+      default_branch: "main",
+    });
+    for (let i = 1; i <= 101; i++) {
+      const stack = await store.insertStack(repo.id, "main");
+      let base = "main";
+      for (const [position, head] of [`s${i}a`, `s${i}b`].entries()) {
+        const p = await store.insertPull({
+          repo_id: repo.id,
+          user_id: alice.id,
+          title: head,
+          body: null,
+          draft: false,
+          head_ref: head,
+          head_sha: SHA("1"),
+          base_ref: base,
+        });
+        await store.updatePull(p.id, { stack_id: stack.id, stack_position: position + 1 });
+        base = head;
+      }
+    }
+  });
+  await store.close();
+  const s = await startServer(db);
+  try {
+    const authFile = join(dir, "auth.json");
+    await Deno.writeTextFile(
+      authFile,
+      JSON.stringify({
+        providers: [{
+          hosts: ["127.0.0.1"],
+          provider: "codehost",
+          auth: "bearer",
+          token_env: "STACKS_TOKEN",
+        }],
+      }),
+      { mode: 0o600 },
+    );
+    const env = { FORGEKIT_AUTH_FILE: authFile, STACKS_TOKEN: tok, FORGEKIT_API_URL: s.url };
+    const list = await runForgekit(["stack", "list", "--json", "--repo", "alice/app"], { env });
+    assert.equal(list.code, 0, list.stderr);
+    const numbers = JSON.parse(list.stdout).map((x: { number: number }) => x.number);
+    assert.deepEqual(numbers, Array.from({ length: 101 }, (_, i) => 101 - i), "newest first, all");
+    const text = await runForgekit(["stack", "list", "--repo", "alice/app"], { env });
+    assert.equal(text.stdout.trim().split("\n").length, 101);
+    assert.match(text.stdout.trim().split("\n").at(-1)!, /^#1 /);
   } finally {
     await s.stop();
     await Deno.remove(dir, { recursive: true });

@@ -52,13 +52,34 @@ class ResponseCache {
   }
 }
 
-const HEADERS_NOT_CACHED = new Set(["x-github-request-id", "etag", "content-length"]);
+/** Headers that belong to one request, not to the cached representation. */
+const HEADERS_NOT_CACHED = new Set([
+  "x-github-request-id",
+  "x-github-api-version-selected",
+  "etag",
+  "content-length",
+]);
 
-function cachedResponse(hit: Cached, requestId: string, ifNoneMatch: string | undefined): Response {
+/**
+ * Whether an `If-None-Match` value matches the current ETag: `*`, or any
+ * listed tag under the weak comparison that RFC 9110 prescribes for it
+ * (`"x"` and `W/"x"` are the same tag).
+ */
+function noneMatchHits(ifNoneMatch: string, etag: string): boolean {
+  const opaque = (tag: string) => tag.trim().replace(/^W\//, "");
+  return ifNoneMatch.trim() === "*" ||
+    ifNoneMatch.split(",").some((tag) => opaque(tag) === opaque(etag));
+}
+
+function cachedResponse(
+  hit: Cached,
+  request: { id: string; ifNoneMatch?: string; apiVersion?: string },
+): Response {
   const headers = new Headers(hit.headers);
-  headers.set("X-GitHub-Request-Id", requestId);
+  headers.set("X-GitHub-Request-Id", request.id);
+  if (request.apiVersion) headers.set("X-GitHub-Api-Version-Selected", request.apiVersion);
   headers.set("ETag", hit.etag);
-  if (ifNoneMatch !== undefined && ifNoneMatch.split(",").map((s) => s.trim()).includes(hit.etag)) {
+  if (request.ifNoneMatch !== undefined && noneMatchHits(request.ifNoneMatch, hit.etag)) {
     headers.delete("content-type");
     return new Response(null, { status: 304, headers });
   }
@@ -126,11 +147,12 @@ export function createApp(options: AppOptions): Hono<Env> {
       c.set("user", user);
     }
     if (c.req.method !== "GET") return await next();
+    const request = { id: requestId, ifNoneMatch: c.req.header("if-none-match"), apiVersion };
     const key = `${c.get("user")?.id ?? 0} ${c.req.url}`;
     const version = await options.store.dataVersion();
     const hit = cache?.get(key);
     if (hit && hit.version === version) {
-      c.res = cachedResponse(hit, requestId, c.req.header("if-none-match"));
+      c.res = cachedResponse(hit, request);
       return;
     }
     await next();
@@ -143,7 +165,7 @@ export function createApp(options: AppOptions): Hono<Env> {
         etag: `W/"${createHash("md5").update(body).digest("hex")}"`,
       };
       cache?.set(key, entry);
-      c.res = cachedResponse(entry, requestId, c.req.header("if-none-match"));
+      c.res = cachedResponse(entry, request);
     }
   });
   app.route("/", api);

@@ -294,6 +294,36 @@ Deno.test("pull requests: create, validate, list with filters and Link paginatio
   }
 });
 
+Deno.test("pull listing: direction defaults to desc only for sort=created, and an unknown sort is 422", async () => {
+  const t = await setup();
+  try {
+    await repoWithChain(t.call, 3, false);
+    const numbers = async (q: string) => {
+      const r = await t.call("GET", `/repos/alice/app/pulls?${q}`);
+      assert.equal(r.status, 200, q);
+      return r.json.map((p: { number: number }) => p.number);
+    };
+    // Equal timestamps tie-break on creation order in the same direction.
+    assert.deepEqual(await numbers(""), [3, 2, 1]);
+    assert.deepEqual(await numbers("sort=created"), [3, 2, 1]);
+    assert.deepEqual(await numbers("sort=updated"), [1, 2, 3]);
+    assert.deepEqual(await numbers("sort=updated&direction=desc"), [3, 2, 1]);
+    assert.deepEqual(await numbers("sort=popularity"), [1, 2, 3]);
+    assert.deepEqual(await numbers("sort=long-running"), [1, 2, 3]);
+    await new Promise((r) => setTimeout(r, 1100));
+    await t.call("PATCH", "/repos/alice/app/pulls/1", { title: "touched" });
+    assert.deepEqual(await numbers("sort=updated"), [2, 3, 1]);
+    assert.deepEqual(await numbers("sort=updated&direction=desc"), [1, 3, 2]);
+    for (const q of ["sort=bogus", "sort="]) {
+      const r = await t.call("GET", `/repos/alice/app/pulls?${q}`);
+      assert.equal(r.status, 422, q);
+      assert.deepEqual(r.json.errors[0].field, "sort", q);
+    }
+  } finally {
+    await t.close();
+  }
+});
+
 Deno.test("ETag on GETs answers 304 to If-None-Match, and every response has a request id", async () => {
   const t = await setup();
   try {
@@ -318,7 +348,71 @@ Deno.test("ETag on GETs answers 304 to If-None-Match, and every response has a r
   }
 });
 
-Deno.test("the Stacks API is 404 on a repository without stacked pull requests", async () => {
+Deno.test("If-None-Match compares weakly and takes *; the selected API version is the request's, not the cache's", async () => {
+  const t = await setup();
+  try {
+    await repoWithChain(t.call, 1);
+    const path = "/repos/alice/app/pulls/1";
+    const etag = (await t.call("GET", path)).headers.get("etag")!;
+    const strong = etag.replace(/^W\//, "");
+    for (const inm of [etag, strong, `"other", ${etag}`, "*"]) {
+      const r = await t.call("GET", path, undefined, "alice", { "If-None-Match": inm });
+      assert.equal(r.status, 304, inm);
+      assert.equal(r.headers.get("etag"), etag, inm);
+    }
+    assert.equal(
+      (await t.call("GET", path, undefined, "alice", { "If-None-Match": '"other"' })).status,
+      200,
+    );
+    for (const version of ["2026-03-10", "2022-11-28", undefined, "2026-03-10"]) {
+      const r = await t.call(
+        "GET",
+        path,
+        undefined,
+        "alice",
+        version ? { "X-GitHub-Api-Version": version } : {},
+      );
+      assert.equal(r.status, 200);
+      assert.equal(r.headers.get("x-github-api-version-selected"), version ?? null, version);
+    }
+  } finally {
+    await t.close();
+  }
+});
+
+Deno.test("an in-memory store's GETs see every change (the response cache does not serve stale data)", async () => {
+  const store = openSqliteStore(":memory:");
+  try {
+    await store.transaction(async () => {
+      const u = await store.ensureUser("alice");
+      await store.addToken(u.id, hashToken("tok-alice"));
+    });
+    const app = createApp({ store });
+    const auth = { authorization: "Bearer tok-alice" };
+    await app.request("/user/repos", { method: "POST", headers: auth, body: '{"name":"app"}' });
+    assert.equal(
+      (await (await app.request("/repos/alice/app", { headers: auth })).json()).private,
+      false,
+    );
+    assert.equal((await app.request("/repos/alice/app")).status, 200);
+    await app.request("/repos/alice/app", {
+      method: "PATCH",
+      headers: auth,
+      body: '{"private":true}',
+    });
+    assert.equal(
+      (await (await app.request("/repos/alice/app", { headers: auth })).json()).private,
+      true,
+    );
+    const anon = await app.request("/repos/alice/app");
+    await anon.body?.cancel();
+    assert.equal(anon.status, 404, "a repository made private is hidden at once");
+  } finally {
+    await store.close();
+  }
+});
+
+Deno.test("the Stacks API is 404 on a repository without stacked pull requests, for every caller", async () => {
   const t = await setup();
   try {
     await repoWithChain(t.call, 2, false);
@@ -331,7 +425,15 @@ Deno.test("the Stacks API is 404 on a repository without stacked pull requests",
         ["POST", "/repos/alice/app/stacks/1/unstack"],
       ] as [string, string, unknown?][]
     ) {
-      assert.equal((await t.call(m, p, b)).status, 404, `${m} ${p}`);
+      // The owner, a user without push access, and no token at all: the
+      // feature is absent, so no 401/403 about who may write to it.
+      for (const who of ["alice", "bob", ""]) {
+        assert.equal(
+          (await t.call(m, p, b, who)).status,
+          404,
+          `${m} ${p} as ${who || "anonymous"}`,
+        );
+      }
     }
   } finally {
     await t.close();

@@ -258,10 +258,20 @@ async function list(args: string[]): Promise<number> {
   const q = pr
     ? `?pull_request=${numbers([pr], "--pull-request")[0]}&per_page=100`
     : "?per_page=100";
-  const stacks = await client.expect("stacks", isStackList, {
-    method: "GET",
-    path: `${repoPath}/stacks${q}`,
-  });
+  // The API gives at most 100 a page: read pages until one comes back short.
+  // A page that repeats a stack (a server ignoring `page`) also ends it.
+  const stacks: StackJson[] = [];
+  const seen = new Set<number>();
+  for (let page = 1;; page++) {
+    const batch = await client.expect("stacks", isStackList, {
+      method: "GET",
+      path: `${repoPath}/stacks${q}&page=${page}`,
+    });
+    const fresh = batch.filter((s) => !seen.has(s.number));
+    for (const s of fresh) seen.add(s.number);
+    stacks.push(...fresh);
+    if (batch.length < 100 || fresh.length < batch.length) break;
+  }
   if (json) printJson(stacks);
   else if (stacks.length === 0) console.log("no stacks");
   else for (const s of stacks) console.log(summary(s));

@@ -46,6 +46,9 @@ async function mustGetPull(store: Store, repo: RepoRow, n: number): Promise<Pull
   return p;
 }
 
+/** The `sort` values of a pull-request listing, as GitHub has them. */
+const PULL_SORTS = ["created", "updated", "popularity", "long-running"];
+
 const stamp = () => new Date().toISOString().replace(/\.\d{3}Z$/, "Z");
 
 /** Routes for pull requests. */
@@ -119,7 +122,17 @@ export function pullRoutes(): Hono<Env> {
         message: "state must be open, closed or all",
       }]);
     }
-    const sort = c.req.query("sort") === "updated" ? "updated" : "created";
+    const sortRaw = c.req.query("sort") ?? "created";
+    if (!PULL_SORTS.includes(sortRaw)) {
+      throw validationFailed("PullRequest", [{
+        field: "sort",
+        code: "invalid",
+        message: `sort must be one of: ${PULL_SORTS.join(", ")}`,
+      }]);
+    }
+    // No comments are kept, so popularity (comment count) ties everywhere and
+    // falls back to creation order, as does long-running (age).
+    const sort = sortRaw === "updated" ? "updated" : "created";
     const dirRaw = c.req.query("direction");
     if (dirRaw !== undefined && dirRaw !== "asc" && dirRaw !== "desc") {
       throw validationFailed("PullRequest", [{
@@ -131,7 +144,8 @@ export function pullRoutes(): Hono<Env> {
     const filter: PullFilter = {
       state: state as PullFilter["state"],
       sort,
-      direction: (dirRaw as "asc" | "desc" | undefined) ?? "desc",
+      // GitHub's default: desc for sort=created, asc for every other sort.
+      direction: (dirRaw as "asc" | "desc" | undefined) ?? (sortRaw === "created" ? "desc" : "asc"),
       head: c.req.query("head") !== undefined ? branchOf(repo, c.req.query("head")!) : undefined,
       base: c.req.query("base"),
     };

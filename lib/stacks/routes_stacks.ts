@@ -20,10 +20,14 @@ import { stackViews } from "./views.ts";
 
 type Ctx = Context<Env>;
 
+/**
+ * The repository of a Stacks API request. Without stacked pull requests the
+ * API does not exist, for any caller: 404 comes before a write's 401/403.
+ */
 async function stackedRepo(c: Ctx, mode: "read" | "write"): Promise<RepoRow> {
-  const repo = await repoFor(c, mode);
+  const repo = await repoFor(c, "read");
   if (!repo.allow_stacked_pull_requests) throw new ApiError(404, "Not Found");
-  return repo;
+  return mode === "write" ? await repoFor(c, "write") : repo;
 }
 
 async function mustGetStack(store: Store, repo: RepoRow, n: number) {

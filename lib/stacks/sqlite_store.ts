@@ -195,6 +195,8 @@ class SqliteStore implements Store {
   #reader: Connection;
   #inTx = new AsyncLocalStorage<boolean>();
   #queue: Promise<unknown> = Promise.resolve();
+  /** Commits made here; the data version of an in-memory database, which has one connection. */
+  #commits = 0;
 
   constructor(path: string) {
     this.#writer = new Connection(path);
@@ -232,6 +234,7 @@ class SqliteStore implements Store {
       try {
         const out = await this.#inTx.run(true, fn);
         this.#writer.exec("COMMIT");
+        this.#commits++;
         return out;
       } catch (err) {
         this.#writer.exec("ROLLBACK");
@@ -245,7 +248,10 @@ class SqliteStore implements Store {
 
   async dataVersion() {
     // The reader's data_version moves on every commit by another connection,
-    // which includes this store's writer and other server processes.
+    // which includes this store's writer and other server processes. An
+    // in-memory database has one connection, whose own commits never move
+    // it, and no other process: there, count the commits.
+    if (this.#reader === this.#writer) return this.#commits;
     return Number(this.#reader.get("PRAGMA data_version")!.data_version);
   }
 
