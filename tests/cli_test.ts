@@ -155,6 +155,19 @@ Deno.test("bad arguments get one line on stderr and exit 2, before anything runs
     ],
     // firewall
     [["firewall", "--ssl-bump", "--", "true"], /^error: --ssl-bump needs --allow-domains/],
+    [
+      [
+        "firewall",
+        "--allow-domains",
+        "x.example",
+        "--ssl-bump",
+        "--allow-urls",
+        "https://x.example:8443/**",
+        "--",
+        "true",
+      ],
+      /^error: --allow-urls https:\/\/x\.example:8443\/\*\* names port 8443, which the firewall never connects to \(only 80 and 443\)/,
+    ],
     [["firewall", "--log-dir", "", "--", "true"], /^error: --log-dir must not be empty/],
     [
       ["firewall", "--log-level", "debug", "--log-level", "info", "--", "true"],

@@ -5,7 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { runForgekit, spawnForgekit } from "./support/cli.ts";
+import { denoDir, runForgekit, spawnForgekit } from "./support/cli.ts";
 import { gitCgi, makeBareRepo } from "./support/git_server.ts";
 import { assertNamespaces, needsNamespaces } from "./support/namespaces.ts";
 import { startOrigins } from "./support/origin.ts";
@@ -378,5 +378,60 @@ Deno.test(
     await o.close();
     await Deno.remove(logDir, { recursive: true });
     await Deno.remove(repo.root, { recursive: true });
+  },
+);
+
+/**
+ * A Deno cache as a first run through the lockfile leaves it: every locked
+ * package's files, but the registry's package metadata only for the
+ * packages deno.json names (none for their dependencies).
+ */
+async function coldDenoDir(): Promise<string> {
+  const dir = await Deno.makeTempDir({ prefix: "forgekit-denodir-" });
+  const src = join(denoDir(), "npm", "registry.npmjs.org");
+  const dst = join(dir, "npm", "registry.npmjs.org");
+  const lock = JSON.parse(await Deno.readTextFile(new URL("../deno.lock", import.meta.url)));
+  const named = new Set(
+    Object.keys(lock.specifiers).map((s) => s.replace(/^npm:/, "").replace(/@[^@]*$/, "")),
+  );
+  for (const key of Object.keys(lock.npm)) {
+    const base = key.split("_")[0]; // "pkijs@4.0.0_asn1js@4.0.0": peers after "_"
+    const at = base.lastIndexOf("@");
+    const [name, version] = [base.slice(0, at), base.slice(at + 1)];
+    await Deno.mkdir(join(dst, name), { recursive: true });
+    await copyTree(join(src, name, version), join(dst, name, version));
+    if (named.has(name)) {
+      await Deno.copyFile(join(src, name, "registry.json"), join(dst, name, "registry.json"));
+    }
+  }
+  return dir;
+}
+
+async function copyTree(from: string, to: string): Promise<void> {
+  await Deno.mkdir(to, { recursive: true });
+  for await (const e of Deno.readDir(from)) {
+    if (e.isDirectory) await copyTree(join(from, e.name), join(to, e.name));
+    else await Deno.copyFile(join(from, e.name), join(to, e.name));
+  }
+}
+
+Deno.test(
+  "the sandbox starts on a cold Deno cache: the forgekit inside resolves packages through the lockfile, offline",
+  needsNamespaces,
+  async () => {
+    assertNamespaces();
+    const cache = await coldDenoDir();
+    try {
+      // Before: the inner run ignored the lockfile, needed @peculiar/utils' metadata from
+      // the registry, and the sandbox (no network) could not be made.
+      const r = await firewall(["--allow-domains", "allowed.example"], sh("echo inside"), {
+        DENO_DIR: cache,
+      });
+      assert.equal(r.code, 0, r.stderr);
+      assert.equal(r.stdout, "inside\n");
+      assert.doesNotMatch(r.stderr, /Download|Failed loading/);
+    } finally {
+      await Deno.remove(cache, { recursive: true });
+    }
   },
 );

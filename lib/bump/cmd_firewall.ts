@@ -10,7 +10,7 @@ import {
   yellow,
 } from "../cli/mod.ts";
 import { AccessLog } from "./access_log.ts";
-import { domainMatches } from "./domain_policy.ts";
+import { ALLOWED_PORTS, domainMatches } from "./domain_policy.ts";
 import { splitDomainText, validateDomains } from "./host_validation.ts";
 import { serveProxy } from "./proxy.ts";
 import {
@@ -50,8 +50,8 @@ Logs and sandbox:
 
 Only ports 80 and 443 are allowed. HTTPS is checked by the CONNECT host and the TLS
 SNI, which must be equal; plain HTTP by the URL's host. Exit status: COMMAND's
-(130/143 when interrupted), 2 for usage errors and when the sandbox cannot be made
-(no unshare or ip, not Linux), 1 when forgekit itself fails.
+(130/143 when interrupted), 2 for usage errors and when the sandbox's tools are
+missing (not Linux, no unshare or ip), 1 when the sandbox or forgekit fails.
 
 Examples:
   sudo forgekit firewall --allow-domains github.com,npmjs.org -- npm ci
@@ -157,6 +157,15 @@ export async function runFirewall(argv: string[]): Promise<number> {
     }
   }
   const patterns = values["ssl-bump"] ? parseUrlPatterns(urlList) : [];
+  // Such a pattern could never match, and its host would stay open at the domain level on 443.
+  const unreachable = patterns.find((p) => !ALLOWED_PORTS.includes(p.port));
+  if (unreachable) {
+    throw usageError(
+      `--allow-urls ${unreachable.source} names port ${unreachable.port}, which the firewall ` +
+        `never connects to (only ${ALLOWED_PORTS.join(" and ")})`,
+      "drop the port: https://HOST/PATH is port 443",
+    );
+  }
   const upstreamCaCerts: string[] = [];
   for (
     const [option, f] of [

@@ -47,7 +47,10 @@ export function proxyVars(port: number): Record<string, string> {
 export function selfCommand(): string[] {
   const exe = Deno.execPath();
   if (/^deno(\.exe)?$/.test(basename(exe)) && Deno.mainModule.startsWith("file:")) {
-    return [exe, "run", "-A", "--quiet", "--no-lock", fileURLToPath(Deno.mainModule)];
+    // The lockfile next to deno.json, as in this run: without it the inner run
+    // would resolve version ranges again, which needs the registry, and the
+    // sandbox has no network.
+    return [exe, "run", "-A", "--quiet", fileURLToPath(Deno.mainModule)];
   }
   return [exe];
 }
@@ -130,14 +133,15 @@ export async function runSandboxed(spec: SandboxSpec): Promise<number> {
     ready = Deno.statSync(join(spec.sessionDir, "sandbox-ready")).isFile;
   } catch { /* not ready */ }
   if (!ready) {
-    let why = "unshare could not create the namespaces";
+    // Neither unshare nor the forgekit inside said why: both print their own errors above.
+    let why = `it exited (status ${status.code}) before it was ready (see the error above)`;
     try {
       why = Deno.readTextFileSync(join(spec.sessionDir, "sandbox-error")).trim();
     } catch { /* unshare itself failed; it printed why */ }
     throw new CliError(`Cannot create the sandbox: ${why}`, {
       hint: rootless
         ? "run as root (sudo), or enable unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1), or use --no-sandbox"
-        : "the kernel refused network or mount namespaces; use --no-sandbox to run without isolation",
+        : "if the kernel refused network or mount namespaces, use --no-sandbox to run without isolation",
     });
   }
   return exitCodeOf(status);

@@ -57,7 +57,8 @@ export function baseEnv(): Record<string, string> {
   return env;
 }
 
-function denoDir(): string {
+/** The Deno cache this process uses (DENO_DIR, else the platform default). */
+export function denoDir(): string {
   const explicit = Deno.env.get("DENO_DIR");
   if (explicit) return explicit;
   const xdg = Deno.env.get("XDG_CACHE_HOME");
