@@ -247,6 +247,15 @@ Deno.test(
     assert.match(r.stderr, /authorization stripped: https to http downgrade/);
     assert.equal(o.hits.at(-1)!.scheme, "http");
 
+    // Plain http:// to a host outside loopback: the entry is not used at all.
+    r = await fk(["fetch", "-v", "http://api.github.com/echo"], file, env);
+    assert.equal(r.stdout, "auth=none\n", "no token without TLS");
+    assert.match(
+      r.stderr,
+      /auth\.json's entries for api\.github\.com not used: plain http:\/\/ to api\.github\.com \(not loopback\)/,
+    );
+    assert.equal(o.hits.at(-1)!.scheme, "http");
+
     r = await fk(["fetch", "https://api.github.com/leave"], file, env);
     assert.equal(r.stdout, "auth=none\n", "a chain that leaves and comes back stays stripped");
     assert.deepEqual(hitsFor("objects.storage.example", "/back"), [null]);
@@ -675,7 +684,7 @@ Deno.test("the git credential helper answers real `git credential fill`", opts, 
   const helper = `!'${Deno.execPath()}' run -A --quiet '${
     new URL("../main.ts", import.meta.url).pathname
   }' auth git-credential`;
-  const fill = async (host: string) => {
+  const fill = async (host: string, protocol = "https") => {
     const child = new Deno.Command("git", {
       args: ["-c", "credential.helper=", "-c", `credential.helper=${helper}`, "credential", "fill"],
       env: {
@@ -690,7 +699,7 @@ Deno.test("the git credential helper answers real `git credential fill`", opts, 
       stderr: "piped",
     }).spawn();
     const w = child.stdin.getWriter();
-    await w.write(enc.encode(`protocol=https\nhost=${host}\n\n`));
+    await w.write(enc.encode(`protocol=${protocol}\nhost=${host}\n\n`));
     await w.close();
     const out = await child.output();
     return { code: out.code, stdout: new TextDecoder().decode(out.stdout) };
@@ -701,6 +710,10 @@ Deno.test("the git credential helper answers real `git credential fill`", opts, 
   assert.match(bb.stdout, /^username=x-token-auth\npassword=bb-access\n/m);
   const none = await fill("example.org");
   assert.notEqual(none.code, 0, "no credential: git gives up without a prompt");
+  // Over plain http, a token goes only to this machine.
+  const plain = await fill("github.com", "http");
+  assert.notEqual(plain.code, 0, "no token for http://github.com");
+  assert.doesNotMatch(plain.stdout, /gh-git-token/);
 });
 
 Deno.test(

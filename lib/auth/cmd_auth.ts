@@ -26,6 +26,7 @@ import { matchingEntries } from "./fetch.ts";
 import { credentialEntries, gitUsername, parseCredentialInput } from "./git_credential.ts";
 import { resolveToken, staticToken, tokenSourceLabel } from "./token_source.ts";
 import { INIT_TEMPLATE } from "./init_template.ts";
+import { isLoopbackHost } from "./plain_http.ts";
 import { redactUrl } from "./redact.ts";
 
 /** Help text of `forgekit auth`. */
@@ -289,6 +290,8 @@ async function gitCredential(args: string[]): Promise<number> {
   const host = input.get("host");
   const protocol = input.get("protocol");
   if (!host || (protocol !== "https" && protocol !== "http")) return 0;
+  // Tokens never travel without TLS, except to this machine.
+  if (protocol === "http" && !isLoopbackHost(host)) return 0;
   const config = await loadAuthConfig(values["auth-file"]);
   if (!config) return 0;
   for (const e of credentialEntries(config, host)) {

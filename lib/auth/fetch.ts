@@ -15,6 +15,7 @@ import {
   releaseApiFor,
 } from "./releases.ts";
 import { authorizationHeader } from "./schemes.ts";
+import { plainHttpProblem } from "./plain_http.ts";
 import { redactUrl } from "./redact.ts";
 import { resolveToken, staticToken, type TokenResult } from "./token_source.ts";
 
@@ -151,6 +152,8 @@ async function prepare(init: RequestInit): Promise<Prepared> {
 
 function stripReason(cred: Credential, from: URL, to: URL): string | null {
   if (from.protocol === "https:" && to.protocol === "http:") return "https to http downgrade";
+  const plain = plainHttpProblem(to);
+  if (plain) return plain;
   const host = normalizeHost(to.hostname);
   if (host === null || !matchAnyHost(cred.hosts, host)) {
     return `${to.hostname} is outside the entry's hosts`;
@@ -341,7 +344,12 @@ function route(
   options: AuthFetchOptions,
   config: AuthConfig | null,
 ): Promise<Response> {
-  const plan = hostPlan(config, url.hostname);
+  // auth.json's tokens never travel without TLS, except to this machine.
+  const plain = plainHttpProblem(url);
+  const plan = plain ? NO_PLAN : hostPlan(config, url.hostname);
+  if (plain && hostPlan(config, url.hostname).entries.length > 0) {
+    options.verbose?.(`* auth.json's entries for ${url.hostname} not used: ${plain}`);
+  }
   if (
     plan.releaseApi && options.resolveReleases !== false &&
     (req.method === "GET" || req.method === "HEAD")
