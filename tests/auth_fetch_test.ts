@@ -43,6 +43,16 @@ const o = await startOrigins([
   if (key === "api.github.com/hop-away") {
     return Response.redirect("https://objects.storage.example/echo", 302);
   }
+  if (p === "/cookie") return new Response(`cookie=${req.headers.get("cookie") ?? "none"}\n`);
+  if (key === "api.github.com/hop-cookie") {
+    return Response.redirect("https://objects.storage.example/cookie", 302);
+  }
+  if (key === "api.github.com/hop-cookie-same") {
+    return Response.redirect("https://api.github.com/cookie", 302);
+  }
+  if (key === "api.bitbucket.org/hop-web") {
+    return Response.redirect("https://bitbucket.org/echo", 302);
+  }
   if (key === "api.github.com/hop-down") {
     return Response.redirect("http://api.github.com/echo", 302);
   }
@@ -246,6 +256,33 @@ Deno.test(
     assert.equal(r.stdout, "auth=none\n", "https to http: stripped");
     assert.match(r.stderr, /authorization stripped: https to http downgrade/);
     assert.equal(o.hits.at(-1)!.scheme, "http");
+
+    // A repohost token never goes to the web host, which takes none, even when it is listed.
+    const bb = await authFile([{
+      hosts: ["api.bitbucket.org", "bitbucket.org"],
+      provider: "repohost",
+      auth: "bearer",
+      token_env: "BB_TOKEN",
+    }]);
+    r = await fk(["fetch", "-v", "https://api.bitbucket.org/hop-web"], bb, { BB_TOKEN: "bb_tok" });
+    assert.equal(r.stdout, "auth=none\n", "bitbucket.org takes no repohost token");
+    assert.match(r.stderr, /authorization stripped: bitbucket\.org is outside the entry's hosts/);
+
+    // The caller's cookies stay with their host.
+    r = await fk(["fetch", "-H", "Cookie: s=1", "https://api.github.com/hop-cookie"], file, env);
+    assert.equal(r.stdout, "cookie=none\n", "another host: the cookie is dropped");
+    r = await fk(
+      ["fetch", "-H", "Cookie: s=1", "https://api.github.com/hop-cookie-same"],
+      file,
+      env,
+    );
+    assert.equal(r.stdout, "cookie=s=1\n", "the same host: kept");
+
+    // A user and password in the URL are the caller's own: no auth.json token beside them.
+    r = await fk(["fetch", "-v", "https://u:p@api.github.com/echo"], file, env);
+    assert.equal(r.stdout, `auth=Basic ${b64("u:p")}\n`);
+    assert.match(r.stderr, /with the URL's own user and password; auth\.json not used/);
+    assert.doesNotMatch(r.stderr, /u:p@/);
 
     // Plain http:// to a host outside loopback: the entry is not used at all.
     r = await fk(["fetch", "-v", "http://api.github.com/echo"], file, env);

@@ -66,6 +66,15 @@ function headerFor(entry: AuthEntry, token: string): string {
   return header;
 }
 
+/**
+ * Whether an entry's token may go to a (normalised) host: one of its hosts,
+ * except a repohost token on the web host, which accepts none.
+ */
+function entryCovers(entry: AuthEntry, host: string): boolean {
+  return matchAnyHost(entry.hosts, host) &&
+    !(entry.provider === "repohost" && host === REPOHOST_WEB);
+}
+
 /** What a config decides for one host; cached, since it is pure. */
 interface HostPlan {
   /** Entries whose hosts match, in file order. */
@@ -85,9 +94,7 @@ function hostPlan(config: AuthConfig | null, host: string): HostPlan {
   if (plan === undefined) {
     const h = normalizeHost(host);
     plan = h === null ? NO_PLAN : {
-      entries: config.entries.filter((e) =>
-        matchAnyHost(e.hosts, h) && !(e.provider === "repohost" && h === REPOHOST_WEB)
-      ),
+      entries: config.entries.filter((e) => entryCovers(e, h)),
       releaseApi: releaseApiFor(h, config.entries),
     };
     if (byHost.size < 1024) byHost.set(host, plan);
@@ -102,8 +109,8 @@ export function matchingEntries(config: AuthConfig | null, host: string): AuthEn
 
 interface Credential {
   header: string;
-  /** The hosts the header may travel to. */
-  hosts: readonly string[];
+  /** Whether the header may travel to a (normalised) host. */
+  covers(host: string): boolean;
 }
 
 /** What one hop sends. */
@@ -155,7 +162,7 @@ function stripReason(cred: Credential, from: URL, to: URL): string | null {
   const plain = plainHttpProblem(to);
   if (plain) return plain;
   const host = normalizeHost(to.hostname);
-  if (host === null || !matchAnyHost(cred.hosts, host)) {
+  if (host === null || !cred.covers(host)) {
     return `${to.hostname} is outside the entry's hosts`;
   }
   return null;
@@ -265,6 +272,12 @@ async function followRedirects(
       } else note = "authorization kept";
     }
     options.verbose?.(`* redirect ${res.status} -> ${redactUrl(next)} (${note})`);
+    // The caller's cookies are for the host they were given for (as curl does).
+    if (next.host !== url.host || next.protocol !== url.protocol) {
+      if (hop.headers.some(([k]) => k === "cookie")) {
+        hop = { ...hop, headers: hop.headers.filter(([k]) => k !== "cookie") };
+      }
+    }
     if (
       (res.status === 303 && hop.method !== "HEAD") ||
       ((res.status === 301 || res.status === 302) && hop.method === "POST")
@@ -367,7 +380,14 @@ function route(
     options.verbose?.(
       `* ${req.method} ${redactUrl(url)} with the caller's own Authorization header`,
     );
-    return send(url, req, { header: req.own, hosts: [host] }, options);
+    return send(url, req, { header: req.own, covers: (h) => h === host }, options);
+  }
+  // A user and password in the URL are the caller's own credentials too (fetch sends them).
+  if (url.username !== "" || url.password !== "") {
+    options.verbose?.(
+      `* ${req.method} ${redactUrl(url)} with the URL's own user and password; auth.json not used`,
+    );
+    return send(url, req, null, options);
   }
   return tryEntries(url, req, plan.entries, 0, 0, options);
 }
@@ -428,7 +448,10 @@ function tryToken(
       redactUrl(url)
     }`,
   );
-  const cred = { header: headerFor(entry, got.token), hosts: entry.hosts };
+  const cred = {
+    header: headerFor(entry, got.token),
+    covers: (h: string) => entryCovers(entry, h),
+  };
   return send(url, req, cred, options, (res) => {
     log?.(`* attempt ${attempt}: ${res.status} ${res.statusText}`);
     if (res.status !== 401 && res.status !== 403) return res;
