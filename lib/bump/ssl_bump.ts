@@ -87,8 +87,11 @@ export async function createBumpSession(options: BumpSessionOptions): Promise<Bu
   const keyPath = join(sslDir, "ca-key.pem");
   const caCertPath = join(sslDir, "ca.pem");
   const trustBundlePath = join(sslDir, "bundle.pem");
+  // Set once sslDir is ours: a key path in a directory someone else made is never wiped.
+  let ownDir = false;
   try {
     await Deno.mkdir(sslDir, { mode: 0o700 });
+    ownDir = true;
     await Deno.chmod(sslDir, 0o700); // mkdir's mode is subject to the umask
     // Mode at creation; createNew refuses a file planted in advance.
     await Deno.writeTextFile(keyPath, ca.keyPem, { mode: 0o600, createNew: true });
@@ -99,7 +102,7 @@ export async function createBumpSession(options: BumpSessionOptions): Promise<Bu
       createNew: true,
     });
   } catch (e) {
-    await wipe(keyPath, ca.keyPem.length);
+    if (ownDir) await wipe(keyPath, ca.keyPem.length);
     throw new Error(`Cannot write the session CA to ${sslDir}: ${(e as Error).message}`, {
       cause: e,
     });
