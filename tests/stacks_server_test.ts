@@ -211,7 +211,7 @@ Deno.test("webhooks reach a receiver that checks the signature, after it comes b
     const call = api(s.url, tok);
     await call("POST", "/user/repos", { name: "app", allow_stacked_pull_requests: true });
     const hook = await call("POST", "/repos/alice/app/hooks", {
-      config: { url: `http://127.0.0.1:${port}/hook`, secret: "hook-secret" },
+      config: { url: `http://127.0.0.1:${port}/hook`, secret: "hook-secret", content_type: "json" },
       events: ["pull_request"],
     });
     assert.equal(hook.status, 201);
@@ -271,6 +271,96 @@ Deno.test("webhooks reach a receiver that checks the signature, after it comes b
     );
   } finally {
     await receiver?.shutdown();
+    await s.stop();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("two servers on one database send each delivery once", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "forgekit-hook2-" });
+  const db = join(dir, "stacks.db");
+  const tok = await token(db, "alice");
+  const port = freePort();
+  const a = await startServer(db, ["--hook-backoff-ms", "20"]);
+  const b = await startServer(db, ["--hook-backoff-ms", "20"]);
+  const got: string[] = [];
+  let receiver: Deno.HttpServer | null = null;
+  try {
+    const call = api(a.url, tok);
+    await call("POST", "/user/repos", { name: "app" });
+    const hook = await call("POST", "/repos/alice/app/hooks", {
+      config: { url: `http://127.0.0.1:${port}/hook`, content_type: "json" },
+      events: ["pull_request"],
+    });
+    for (let i = 1; i <= 8; i++) {
+      const c = api(i % 2 ? a.url : b.url, tok);
+      await c("POST", "/repos/alice/app/git/refs", { ref: `refs/heads/b${i}`, sha: SHA("1") });
+      await c("POST", "/repos/alice/app/pulls", { title: `${i}`, head: `b${i}`, base: "main" });
+    }
+    // Both servers retry the deliveries while the receiver is down.
+    await until(
+      "retries",
+      async () =>
+        (await call("GET", `/repos/alice/app/hooks/${hook.json.id}/deliveries`)).json.every((
+          d: { attempts: number },
+        ) => d.attempts >= 3),
+    );
+    receiver = Deno.serve({ hostname: "127.0.0.1", port, onListen() {} }, async (req) => {
+      await req.text();
+      got.push(req.headers.get("x-github-delivery")!);
+      await new Promise((r) => setTimeout(r, 100));
+      return new Response("ok");
+    });
+    await until("every delivery", () => new Set(got).size === 8);
+    await new Promise((r) => setTimeout(r, 1_000));
+    assert.equal(got.length, 8, "no delivery was sent twice");
+  } finally {
+    await receiver?.shutdown();
+    await a.stop();
+    await b.stop();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("a delivery in flight when the server is killed is sent after it starts again", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "forgekit-hookkill-" });
+  const db = join(dir, "stacks.db");
+  const tok = await token(db, "alice");
+  const port = freePort();
+  let s = await startServer(db, ["--hook-backoff-ms", "50"]);
+  const got: string[] = [];
+  let release!: () => void;
+  const released = new Promise<void>((r) => release = r);
+  const receiver = Deno.serve({ hostname: "127.0.0.1", port, onListen() {} }, async (req) => {
+    await req.text();
+    got.push(req.headers.get("x-github-delivery")!);
+    if (got.length === 1) await released; // the first attempt never gets an answer
+    return new Response("ok");
+  });
+  try {
+    const call = api(s.url, tok);
+    await call("POST", "/user/repos", { name: "app" });
+    const hook = await call("POST", "/repos/alice/app/hooks", {
+      config: { url: `http://127.0.0.1:${port}/hook`, content_type: "json" },
+      events: ["pull_request"],
+    });
+    await call("POST", "/repos/alice/app/git/refs", { ref: "refs/heads/b1", sha: SHA("1") });
+    await call("POST", "/repos/alice/app/pulls", { title: "one", head: "b1", base: "main" });
+    await until("the first attempt", () => got.length === 1);
+    s.child.kill("SIGKILL");
+    await s.child.status;
+    await s.child.stdout.cancel().catch(() => {});
+    await s.child.stderr.cancel().catch(() => {});
+    s = await startServer(db, ["--hook-backoff-ms", "50"]);
+    await until("the delivery again", () => got.length === 2, 30_000);
+    assert.equal(got[1], got[0], "the same delivery");
+    const listing = () =>
+      api(s.url, tok)("GET", `/repos/alice/app/hooks/${hook.json.id}/deliveries`);
+    await until("it to be recorded", async () => (await listing()).json[0].status === "OK");
+    assert.equal((await listing()).json.length, 1);
+  } finally {
+    release();
+    await receiver.shutdown();
     await s.stop();
     await Deno.remove(dir, { recursive: true });
   }

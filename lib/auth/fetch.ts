@@ -31,6 +31,8 @@ export interface AuthFetchOptions {
   client?: Deno.HttpClient;
   /** Resolve release-download URLs through the API (default true). */
   resolveReleases?: boolean;
+  /** Follow redirects (default true); false returns a 3xx as the answer (webhook deliveries). */
+  followRedirects?: boolean;
 }
 
 /** At most this many redirects are followed. */
@@ -221,7 +223,7 @@ function send(
   settle: (res: Response) => Response | Promise<Response> = (res) => res,
 ): Promise<Response> {
   return firstHop(url, req, cred && cred.header, options).then((res) =>
-    REDIRECT.has(res.status) && res.headers.has("location")
+    REDIRECT.has(res.status) && res.headers.has("location") && options.followRedirects !== false
       ? followRedirects(url, req, cred, options, res).then(settle)
       : settle(res)
   );

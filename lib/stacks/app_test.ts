@@ -640,3 +640,62 @@ Deno.test("webhooks: create, list, edit, delete; events land in the outbox with 
     await t.close();
   }
 });
+
+Deno.test("redelivery names a delivery of this repository's hook: another repository's, or an unknown one, is 404", async () => {
+  const t = await setup();
+  try {
+    await repoWithChain(t.call, 2);
+    const h = await t.call("POST", "/repos/alice/app/hooks", {
+      config: { url: "http://127.0.0.1:9/hook" },
+      events: ["pull_request"],
+    });
+    await t.call("POST", "/repos/alice/app/stacks", { pull_requests: [1, 2] });
+    const listing = `/repos/alice/app/hooks/${h.json.id}/deliveries`;
+    const [d] = (await t.call("GET", listing)).json;
+    await t.call("POST", "/user/repos", { name: "own" }, "bob");
+    const cases: [string, string][] = [
+      ["bob", `/repos/bob/own/hooks/${h.json.id}/deliveries/${d.id}/attempts`],
+      ["alice", `/repos/alice/app/hooks/${h.json.id}/deliveries/999999/attempts`],
+      ["alice", `/repos/alice/app/hooks/999999/deliveries/${d.id}/attempts`],
+      ["alice", `/repos/alice/app/hooks/${h.json.id}/deliveries/x/attempts`],
+    ];
+    for (const [who, path] of cases) {
+      assert.equal((await t.call("POST", path, undefined, who)).status, 404, `${who} ${path}`);
+    }
+    assert.equal((await t.call("GET", listing)).json.length, 2, "no delivery was added");
+  } finally {
+    await t.close();
+  }
+});
+
+Deno.test("a hook's content_type is form (GitHub's default) or json; anything else is 422", async () => {
+  const t = await setup();
+  try {
+    await t.call("POST", "/user/repos", { name: "app" });
+    const create = (config: Record<string, unknown>) =>
+      t.call("POST", "/repos/alice/app/hooks", {
+        config: { url: "http://127.0.0.1:9/", ...config },
+      });
+    const plain = await create({});
+    assert.equal(plain.json.config.content_type, "form");
+    const json = await create({ content_type: "json" });
+    assert.equal(json.json.config.content_type, "json");
+    assert.equal(
+      (await t.call("GET", `/repos/alice/app/hooks/${json.json.id}`)).json.config.content_type,
+      "json",
+    );
+    for (const bad of ["xml", "", 1, null]) {
+      const r = await create({ content_type: bad });
+      assert.equal(r.status, 422, JSON.stringify(bad));
+      assert.equal(r.json.errors[0].field, "content_type");
+    }
+    const p = await t.call("PATCH", `/repos/alice/app/hooks/${json.json.id}`, {
+      config: { content_type: "form" },
+    });
+    assert.equal(p.status, 200);
+    assert.equal(p.json.config.content_type, "form");
+    assert.equal(p.json.config.url, "http://127.0.0.1:9/", "a PATCH without url keeps it");
+  } finally {
+    await t.close();
+  }
+});

@@ -6,7 +6,7 @@
 import { createHmac } from "node:crypto";
 import { authFetch } from "../auth/mod.ts";
 import { VERSION } from "../version.ts";
-import type { DeliveryRow } from "./model.ts";
+import type { DeliveryRow, HookRow } from "./model.ts";
 import type { Store } from "./store.ts";
 
 /** Options of {@linkcode DeliveryWorker}. */
@@ -17,13 +17,69 @@ export interface DeliveryOptions {
   maxBackoffMs?: number;
   /** Attempts before a delivery is marked failed (default 30). */
   maxAttempts?: number;
-  /** Per-attempt timeout (default 10 s). */
+  /** Per-attempt timeout (default 10 s, as GitHub's). */
   timeoutMs?: number;
 }
 
-/** `sha256=<hex>` of the body under the secret, as `X-Hub-Signature-256`. */
-export function signature(secret: string, body: string): string {
-  return `sha256=${createHmac("sha256", secret).update(body).digest("hex")}`;
+/** Hooks sent to at once; each hook has at most one delivery in flight here. */
+const MAX_IN_FLIGHT = 16;
+
+/**
+ * How long a claimed delivery stays leased beyond the attempt's timeout: time
+ * to record the outcome. A worker that dies mid-send leaves the delivery to
+ * whichever worker finds it due once the lease is over.
+ */
+const LEASE_SLACK_MS = 5_000;
+
+/**
+ * `sha256=<hex>` (or `sha1=<hex>`) of the body under the secret, as
+ * `X-Hub-Signature-256` (`X-Hub-Signature`).
+ *
+ * @example
+ * ```ts
+ * signature("s3cret", '{"action":"opened"}'); // "sha256=…"
+ * ```
+ */
+export function signature(
+  secret: string,
+  body: string | Uint8Array,
+  algorithm: "sha256" | "sha1" = "sha256",
+): string {
+  return `${algorithm}=${createHmac(algorithm, secret).update(body).digest("hex")}`;
+}
+
+/**
+ * The headers and exact body bytes of one delivery, as GitHub sends them: the
+ * JSON itself, or for `form` hooks a form whose `payload` field holds it; both
+ * signatures cover the bytes sent, and neither is sent without a secret.
+ *
+ * @example
+ * ```ts
+ * const { headers, body } = deliveryRequest(hook, delivery);
+ * ```
+ */
+export function deliveryRequest(
+  hook: Pick<HookRow, "id" | "repo_id" | "secret" | "content_type">,
+  d: Pick<DeliveryRow, "event" | "guid" | "payload">,
+): { headers: Record<string, string>; body: Uint8Array<ArrayBuffer> } {
+  const form = hook.content_type === "form";
+  const body = new TextEncoder().encode(
+    form ? new URLSearchParams({ payload: d.payload }).toString() : d.payload,
+  );
+  const headers: Record<string, string> = {
+    "content-type": form ? "application/x-www-form-urlencoded" : "application/json",
+    "user-agent": `forgekit-Hookshot/${VERSION}`,
+    "x-github-event": d.event,
+    "x-github-delivery": d.guid,
+    "x-github-hook-id": String(hook.id),
+    "x-github-hook-installation-target-type": "repository",
+    "x-github-hook-installation-target-id": String(hook.repo_id),
+  };
+  if (hook.secret) {
+    headers["x-hub-signature"] = signature(hook.secret, body, "sha1");
+    headers["x-hub-signature-256"] = signature(hook.secret, body);
+  }
+  return { headers, body };
 }
 
 /** Sends webhook deliveries in the background. */
@@ -31,9 +87,13 @@ export class DeliveryWorker {
   #store: Store;
   #opts: Required<DeliveryOptions>;
   #timer: ReturnType<typeof setTimeout> | undefined;
-  #running: Promise<void> | null = null;
+  #draining: Promise<void> | null = null;
   #again = false;
   #stopped = false;
+  /** Hooks with a delivery in flight here, and that send. */
+  #inFlight = new Map<number, Promise<void>>();
+  /** Aborts the sends in flight when the worker stops. */
+  #stop = new AbortController();
 
   constructor(store: Store, options: DeliveryOptions = {}) {
     this.#store = store;
@@ -53,40 +113,80 @@ export class DeliveryWorker {
   /** Looks for due deliveries now (call after a transaction queued some). */
   wake(): void {
     if (this.#stopped) return;
-    if (this.#running) {
+    if (this.#draining) {
       this.#again = true;
       return;
     }
     clearTimeout(this.#timer);
-    this.#running = this.#drain().finally(() => {
-      this.#running = null;
-      if (this.#again) {
+    this.#draining = this.#drain().then(() => true, () => false).then((drained) => {
+      this.#draining = null;
+      // The database is busy or failing: look again after a retry delay.
+      if (!drained) this.#retryIn(this.#opts.backoffMs);
+      else if (this.#again) {
         this.#again = false;
         this.wake();
       } else this.#schedule();
     });
   }
 
-  /** Stops the worker; in-flight sends finish first. */
+  /**
+   * Stops the worker. Sends in flight are abandoned, not awaited: a receiver
+   * that never answers cannot hold up a shutdown. Their deliveries stay
+   * pending and go out again once their lease is over.
+   */
   async stop(): Promise<void> {
     this.#stopped = true;
     clearTimeout(this.#timer);
-    await this.#running;
+    this.#stop.abort();
+    await this.#draining;
+    await Promise.all(this.#inFlight.values());
+  }
+
+  #retryIn(ms: number) {
+    if (this.#stopped) return;
+    clearTimeout(this.#timer);
+    this.#timer = setTimeout(() => this.wake(), ms);
   }
 
   async #schedule() {
     if (this.#stopped) return;
-    const next = await this.#store.nextDueAt();
-    if (next === null || this.#stopped) return;
-    clearTimeout(this.#timer);
-    this.#timer = setTimeout(() => this.wake(), Math.max(0, next - Date.now()));
+    // Busy hooks are left out: the end of their send wakes the worker anyway.
+    let next: number | null;
+    try {
+      next = await this.#store.nextDueAt([...this.#inFlight.keys()]);
+    } catch {
+      next = Date.now() + this.#opts.backoffMs;
+    }
+    if (next !== null) this.#retryIn(Math.max(0, next - Date.now()));
   }
 
+  /** Starts a send for every hook with a due delivery, one per hook, up to the limit. */
   async #drain() {
-    while (!this.#stopped) {
-      const due = await this.#store.dueDeliveries(Date.now(), 16);
+    while (!this.#stopped && this.#inFlight.size < MAX_IN_FLIGHT) {
+      const now = Date.now();
+      const skipHooks = [...this.#inFlight.keys()];
+      // A read first: most wakes find nothing due, and a claim is a write.
+      const next = await this.#store.nextDueAt(skipHooks);
+      if (next === null || next > now) return;
+      const due = await this.#store.transaction(() =>
+        this.#store.claimDeliveries(now, {
+          until: now + this.#opts.timeoutMs + LEASE_SLACK_MS,
+          limit: MAX_IN_FLIGHT - this.#inFlight.size,
+          skipHooks,
+        })
+      );
       if (due.length === 0) return;
-      await Promise.all(due.map((d) => this.#send(d)));
+      for (const d of due) {
+        this.#inFlight.set(
+          d.hook_id,
+          this.#send(d).catch(() => {
+            // Not recorded (the database failed): sent again when the lease is over.
+          }).finally(() => {
+            this.#inFlight.delete(d.hook_id);
+            this.wake();
+          }),
+        );
+      }
     }
   }
 
@@ -94,31 +194,28 @@ export class DeliveryWorker {
     const hook = await this.#store.getHook(d.repo_id, d.hook_id);
     const started = performance.now();
     let code: number | null = null;
-    if (hook) {
-      const headers: Record<string, string> = {
-        "content-type": "application/json",
-        "user-agent": `forgekit-Hookshot/${VERSION}`,
-        "x-github-event": d.event,
-        "x-github-delivery": d.guid,
-        "x-github-hook-id": String(hook.id),
-      };
-      if (hook.secret) headers["x-hub-signature-256"] = signature(hook.secret, d.payload);
+    if (hook?.active) {
+      const { headers, body } = deliveryRequest(hook, d);
       try {
+        // No credentials of ours (config: null), and, as GitHub, a receiver's
+        // redirect is never followed: a 3xx is a failed delivery.
         const res = await authFetch(hook.url, {
           method: "POST",
           headers,
-          body: d.payload,
-          signal: AbortSignal.timeout(this.#opts.timeoutMs),
-        }, { config: null, resolveReleases: false });
+          body,
+          signal: AbortSignal.any([this.#stop.signal, AbortSignal.timeout(this.#opts.timeoutMs)]),
+        }, { config: null, resolveReleases: false, followRedirects: false });
         code = res.status;
-        await res.body?.cancel();
+        await res.body?.cancel(); // never read: a receiver's answer may be endless
       } catch {
+        if (this.#stopped) return; // abandoned by stop(): the lease runs out, and it is sent again
         code = null; // receiver down or timed out: retried below
       }
     }
     const ok = code !== null && code >= 200 && code < 300;
     const attempts = d.attempts + 1;
-    const giveUp = !hook || attempts >= this.#opts.maxAttempts;
+    // A deleted or deactivated hook is sent nothing more.
+    const giveUp = !hook?.active || attempts >= this.#opts.maxAttempts;
     const delay = Math.min(this.#opts.backoffMs * 2 ** d.attempts, this.#opts.maxBackoffMs);
     await this.#store.transaction(() =>
       this.#store.recordAttempt(d.id, {

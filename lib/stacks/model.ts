@@ -67,6 +67,8 @@ export interface HookRow {
   secret: string | null;
   events: string[];
   active: boolean;
+  /** How payloads are sent: a JSON body, or a form with the JSON in `payload` (GitHub's default). */
+  content_type: "json" | "form";
   created_at: string;
   updated_at: string;
 }

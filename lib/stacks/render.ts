@@ -141,7 +141,7 @@ export function hookJson(r: RepoRow, h: HookRow, urls: Urls) {
     events: h.events,
     config: {
       url: h.url,
-      content_type: "json",
+      content_type: h.content_type,
       insecure_ssl: "0",
       ...(h.secret ? { secret: "********" } : {}),
     },

@@ -35,7 +35,7 @@ function parseConfig(body: Record<string, unknown>, required: boolean) {
     }]);
   }
   const c = cfg as Record<string, unknown>;
-  const out: { url?: string; secret?: string | null } = {};
+  const out: { url?: string; secret?: string | null; content_type?: "json" | "form" } = {};
   if (c.url !== undefined || required) {
     const why = typeof c.url === "string" ? unstorableText(c.url) : null;
     let ok = typeof c.url === "string" && why === null;
@@ -69,6 +69,16 @@ function parseConfig(body: Record<string, unknown>, required: boolean) {
       }]);
     }
     out.secret = (c.secret as string | null) || null;
+  }
+  if (c.content_type !== undefined) {
+    if (c.content_type !== "json" && c.content_type !== "form") {
+      throw validationFailed("Hook", [{
+        field: "content_type",
+        code: "invalid",
+        message: `config.content_type must be "json" or "form": ${JSON.stringify(c.content_type)}`,
+      }]);
+    }
+    out.content_type = c.content_type;
   }
   return out;
 }
@@ -123,6 +133,7 @@ export function hookRoutes(): Hono<Env> {
         secret: cfg.secret ?? null,
         events,
         active,
+        content_type: cfg.content_type ?? "form",
       })
     );
     return c.json(hookJson(repo, hook, c.get("urls")), 201);
@@ -182,7 +193,8 @@ export function hookRoutes(): Hono<Env> {
     const did = intParam(c, "delivery");
     const store = c.get("store");
     await store.transaction(async () => {
-      const d = await store.getDelivery(id, did);
+      // The hook must be this repository's: a delivery id alone names another's too.
+      const d = await store.getHook(repo.id, id) && await store.getDelivery(id, did);
       if (!d) throw new ApiError(404, "Not Found");
       await store.insertDelivery({
         guid: d.guid,

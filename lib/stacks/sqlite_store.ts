@@ -18,7 +18,13 @@ import type {
 } from "./model.ts";
 import type { NewPull, Page, PullFilter, PullPatch, Store } from "./store.ts";
 
-const SCHEMA_VERSION = 1;
+const SCHEMA_VERSION = 2;
+
+/** What takes a database from version `n - 1` to `n` (version 0, a new one, gets SCHEMA). */
+const MIGRATIONS: Record<number, string> = {
+  // Hooks made before content_type existed were sent JSON, and still are.
+  2: "ALTER TABLE hooks ADD COLUMN content_type TEXT NOT NULL DEFAULT 'json';",
+};
 
 const SCHEMA = `
 CREATE TABLE IF NOT EXISTS users (id INTEGER PRIMARY KEY, login TEXT NOT NULL UNIQUE COLLATE NOCASE, created_at TEXT NOT NULL);
@@ -44,7 +50,7 @@ CREATE INDEX IF NOT EXISTS pulls_head ON pulls (repo_id, head_ref);
 CREATE INDEX IF NOT EXISTS pulls_base ON pulls (repo_id, base_ref);
 CREATE TABLE IF NOT EXISTS hooks (
   id INTEGER PRIMARY KEY, repo_id INTEGER NOT NULL, url TEXT NOT NULL, secret TEXT, events TEXT NOT NULL,
-  active INTEGER NOT NULL, created_at TEXT NOT NULL, updated_at TEXT NOT NULL);
+  active INTEGER NOT NULL, created_at TEXT NOT NULL, updated_at TEXT NOT NULL, content_type TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS deliveries (
   id INTEGER PRIMARY KEY, guid TEXT NOT NULL, hook_id INTEGER NOT NULL, repo_id INTEGER NOT NULL,
   event TEXT NOT NULL, action TEXT, payload TEXT NOT NULL, status TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0,
@@ -117,6 +123,7 @@ function toHook(r: Row): HookRow {
     secret: (r.secret as string | null) ?? null,
     events: JSON.parse(String(r.events)),
     active: r.active === 1,
+    content_type: r.content_type === "json" ? "json" : "form",
     created_at: String(r.created_at),
     updated_at: String(r.updated_at),
   };
@@ -204,7 +211,10 @@ class SqliteStore implements Store {
     if (version < SCHEMA_VERSION) {
       this.#writer.exec("BEGIN IMMEDIATE");
       try {
-        this.#writer.exec(SCHEMA);
+        // Read again under the lock: another process may have migrated meanwhile.
+        const from = Number(this.#writer.get("PRAGMA user_version")?.user_version ?? 0);
+        if (from === 0) this.#writer.exec(SCHEMA);
+        else for (let v = from + 1; v <= SCHEMA_VERSION; v++) this.#writer.exec(MIGRATIONS[v]);
         this.#writer.exec(`PRAGMA user_version = ${SCHEMA_VERSION}`);
         this.#writer.exec("COMMIT");
       } catch (err) {
@@ -561,16 +571,17 @@ class SqliteStore implements Store {
   }
 
   async insertHook(
-    h: { repo_id: number; url: string; secret: string | null; events: string[]; active: boolean },
+    h: Pick<HookRow, "repo_id" | "url" | "secret" | "events" | "active" | "content_type">,
   ) {
     const t = now();
     const res = this.#w.run(
-      "INSERT INTO hooks (repo_id, url, secret, events, active, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+      "INSERT INTO hooks (repo_id, url, secret, events, active, content_type, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
       h.repo_id,
       h.url,
       h.secret,
       JSON.stringify(h.events),
       h.active ? 1 : 0,
+      h.content_type,
       t,
       t,
     );
@@ -585,7 +596,7 @@ class SqliteStore implements Store {
   }
   async updateHook(
     id: number,
-    patch: Partial<Pick<HookRow, "url" | "secret" | "events" | "active">>,
+    patch: Partial<Pick<HookRow, "url" | "secret" | "events" | "active" | "content_type">>,
   ) {
     if (patch.url !== undefined) {
       this.#w.run("UPDATE hooks SET url = ? WHERE id = ?", patch.url, id);
@@ -598,6 +609,9 @@ class SqliteStore implements Store {
     }
     if (patch.active !== undefined) {
       this.#w.run("UPDATE hooks SET active = ? WHERE id = ?", patch.active ? 1 : 0, id);
+    }
+    if (patch.content_type !== undefined) {
+      this.#w.run("UPDATE hooks SET content_type = ? WHERE id = ?", patch.content_type, id);
     }
     this.#w.run("UPDATE hooks SET updated_at = ? WHERE id = ?", now(), id);
     return toHook(this.#w.get("SELECT * FROM hooks WHERE id = ?", id)!);
@@ -645,16 +659,28 @@ class SqliteStore implements Store {
       limit,
     ).map(toDelivery);
   }
-  async dueDeliveries(at: number, limit: number) {
-    return this.#r.all(
-      "SELECT * FROM deliveries WHERE status = 'pending' AND next_attempt_at <= ? ORDER BY id LIMIT ?",
+  async claimDeliveries(
+    at: number,
+    o: { until: number; limit: number; skipHooks: readonly number[] },
+  ) {
+    // The skipped hooks travel as one JSON array: one statement for any number of them.
+    return this.#w.all(
+      `UPDATE deliveries SET next_attempt_at = ? WHERE id IN (
+         SELECT min(id) FROM deliveries
+         WHERE status = 'pending' AND next_attempt_at <= ?
+           AND hook_id NOT IN (SELECT value FROM json_each(?))
+         GROUP BY hook_id ORDER BY min(id) LIMIT ?)
+       RETURNING *`,
+      o.until,
       at,
-      limit,
-    ).map(toDelivery);
+      JSON.stringify(o.skipHooks),
+      o.limit,
+    ).map(toDelivery).sort((a, b) => a.id - b.id);
   }
-  async nextDueAt() {
+  async nextDueAt(skipHooks: readonly number[]) {
     const row = this.#r.get(
-      "SELECT min(next_attempt_at) AS t FROM deliveries WHERE status = 'pending'",
+      "SELECT min(next_attempt_at) AS t FROM deliveries WHERE status = 'pending' AND hook_id NOT IN (SELECT value FROM json_each(?))",
+      JSON.stringify(skipHooks),
     );
     return row?.t === null || row?.t === undefined ? null : Number(row.t);
   }

@@ -121,13 +121,13 @@ export interface Store {
   deleteStack(id: number): Promise<void>;
 
   insertHook(
-    h: { repo_id: number; url: string; secret: string | null; events: string[]; active: boolean },
+    h: Pick<HookRow, "repo_id" | "url" | "secret" | "events" | "active" | "content_type">,
   ): Promise<HookRow>;
   getHook(repoId: number, id: number): Promise<HookRow | null>;
   listHooks(repoId: number): Promise<HookRow[]>;
   updateHook(
     id: number,
-    patch: Partial<Pick<HookRow, "url" | "secret" | "events" | "active">>,
+    patch: Partial<Pick<HookRow, "url" | "secret" | "events" | "active" | "content_type">>,
   ): Promise<HookRow>;
   deleteHook(id: number): Promise<void>;
 
@@ -144,8 +144,19 @@ export interface Store {
   ): Promise<DeliveryRow>;
   getDelivery(hookId: number, id: number): Promise<DeliveryRow | null>;
   listDeliveries(hookId: number, limit: number): Promise<DeliveryRow[]>;
-  dueDeliveries(now: number, limit: number): Promise<DeliveryRow[]>;
-  nextDueAt(): Promise<number | null>;
+  /**
+   * Claims pending deliveries due at `now` (call inside a transaction): the
+   * oldest one of each hook not in `skipHooks`, at most `limit`, oldest first.
+   * Each is leased until `until` (its next attempt time), so that no other
+   * worker, in this process or another, sends it meanwhile, and a worker that
+   * dies mid-send leaves it to be sent again.
+   */
+  claimDeliveries(
+    now: number,
+    options: { until: number; limit: number; skipHooks: readonly number[] },
+  ): Promise<DeliveryRow[]>;
+  /** When the next pending delivery of a hook not in `skipHooks` is due, or null. */
+  nextDueAt(skipHooks: readonly number[]): Promise<number | null>;
   recordAttempt(
     id: number,
     r: {

@@ -1,0 +1,291 @@
+/**
+ * The delivery worker against real receivers on loopback: what it sends, and
+ * how it copes with receivers that redirect, hang, fail or misbehave.
+ */
+import assert from "node:assert/strict";
+import { createHmac } from "node:crypto";
+import { join } from "node:path";
+import { createApp, hashToken } from "./app.ts";
+import { type DeliveryOptions, DeliveryWorker } from "./deliveries.ts";
+import { DatabaseSync } from "node:sqlite";
+import { openSqliteStore } from "./sqlite_store.ts";
+
+async function setup(options: DeliveryOptions = {}) {
+  const dir = await Deno.makeTempDir({ prefix: "forgekit-deliveries-" });
+  const store = openSqliteStore(join(dir, "s.db"));
+  await store.transaction(async () => {
+    const u = await store.ensureUser("alice");
+    await store.addToken(u.id, hashToken("tok-alice"));
+  });
+  const worker = new DeliveryWorker(store, { backoffMs: 60_000, ...options });
+  const app = createApp({ store, notify: () => worker.wake() });
+  const call = async (method: string, path: string, body?: unknown) => {
+    const res = await app.request(path, {
+      method,
+      headers: { authorization: "Bearer tok-alice" },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const text = await res.text();
+    return { status: res.status, json: text ? JSON.parse(text) : null };
+  };
+  const repo = await call("POST", "/user/repos", { name: "app" });
+  let branches = 0;
+  worker.start();
+  return {
+    call,
+    worker,
+    repoId: repo.json.id as number,
+    async hook(config: Record<string, unknown>, extra: Record<string, unknown> = {}) {
+      const h = await call("POST", "/repos/alice/app/hooks", { config, events: ["*"], ...extra });
+      assert.equal(h.status, 201, JSON.stringify(h.json));
+      return h.json.id as number;
+    },
+    async deliveries(hookId: number) {
+      return (await call("GET", `/repos/alice/app/hooks/${hookId}/deliveries`)).json as {
+        status: string;
+        status_code: number;
+        attempts: number;
+      }[];
+    },
+    /** Opens a pull request: one `pull_request` event. */
+    async openPull() {
+      const b = `b${++branches}`;
+      await call("POST", "/repos/alice/app/git/refs", {
+        ref: `refs/heads/${b}`,
+        sha: "1".repeat(40),
+      });
+      const p = await call("POST", "/repos/alice/app/pulls", { title: b, head: b, base: "main" });
+      assert.equal(p.status, 201);
+    },
+    async close() {
+      await worker.stop();
+      await store.close();
+      await Deno.remove(dir, { recursive: true });
+    },
+  };
+}
+
+interface Hit {
+  path: string;
+  headers: Headers;
+  body: Uint8Array;
+}
+
+/** A receiver on loopback that records each request and answers with `answer`. */
+function receiver(
+  answer: (req: Request) => Response | Promise<Response> = () => new Response("ok"),
+) {
+  const hits: Hit[] = [];
+  const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, async (req) => {
+    hits.push({
+      path: new URL(req.url).pathname,
+      headers: req.headers,
+      body: new Uint8Array(await req.arrayBuffer()),
+    });
+    return await answer(req);
+  });
+  return { url: `http://127.0.0.1:${server.addr.port}`, hits, close: () => server.shutdown() };
+}
+
+function freePort(): number {
+  const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = (l.addr as Deno.NetAddr).port;
+  l.close();
+  return port;
+}
+
+async function until(what: string, cond: () => boolean | Promise<boolean>, ms = 10_000) {
+  const end = Date.now() + ms;
+  while (!(await cond())) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+const hmac = (algo: string, secret: string, bytes: Uint8Array) =>
+  `${algo}=${createHmac(algo, secret).update(bytes).digest("hex")}`;
+
+Deno.test("a delivery never follows a redirect: the 3xx is the receiver's answer, and a failure", async () => {
+  const t = await setup();
+  const elsewhere = receiver();
+  const redirecting = [301, 302, 303, 307, 308].map((status) =>
+    receiver(() => new Response(null, { status, headers: { location: `${elsewhere.url}/stolen` } }))
+  );
+  try {
+    const hooks: number[] = [];
+    for (const r of redirecting) hooks.push(await t.hook({ url: `${r.url}/hook`, secret: "s" }));
+    await t.openPull();
+    for (const [i, status] of [301, 302, 303, 307, 308].entries()) {
+      await until(
+        `the ${status} attempt`,
+        async () => (await t.deliveries(hooks[i]))[0].attempts > 0,
+      );
+      const [d] = await t.deliveries(hooks[i]);
+      assert.equal(d.status_code, status);
+      assert.notEqual(d.status, "OK");
+      assert.equal(redirecting[i].hits.length, 1);
+    }
+    assert.equal(elsewhere.hits.length, 0, "the redirect's target got nothing");
+  } finally {
+    await t.close();
+    await Promise.all([elsewhere, ...redirecting].map((r) => r.close()));
+  }
+});
+
+Deno.test("both signatures cover the exact bytes sent, json or form; no signature without a secret", async () => {
+  const t = await setup();
+  const json = receiver();
+  const form = receiver();
+  const plain = receiver();
+  try {
+    const jsonHook = await t.hook({ url: json.url, secret: "s3cret", content_type: "json" });
+    await t.hook({ url: form.url, secret: "f0rm", content_type: "form" });
+    await t.hook({ url: plain.url, content_type: "json" });
+    await t.openPull();
+    await until("three deliveries", () => [json, form, plain].every((r) => r.hits.length === 1));
+
+    const j = json.hits[0];
+    assert.equal(j.headers.get("content-type"), "application/json");
+    assert.equal(j.headers.get("x-hub-signature-256"), hmac("sha256", "s3cret", j.body));
+    assert.equal(j.headers.get("x-hub-signature"), hmac("sha1", "s3cret", j.body));
+    assert.equal(j.headers.get("x-github-event"), "pull_request");
+    assert.equal(j.headers.get("x-github-hook-id"), String(jsonHook));
+    assert.equal(j.headers.get("x-github-hook-installation-target-type"), "repository");
+    assert.equal(j.headers.get("x-github-hook-installation-target-id"), String(t.repoId));
+    assert.equal(JSON.parse(new TextDecoder().decode(j.body)).action, "opened");
+
+    const f = form.hits[0];
+    assert.equal(f.headers.get("content-type"), "application/x-www-form-urlencoded");
+    assert.equal(f.headers.get("x-hub-signature-256"), hmac("sha256", "f0rm", f.body));
+    assert.equal(f.headers.get("x-hub-signature"), hmac("sha1", "f0rm", f.body));
+    const fields = new URLSearchParams(new TextDecoder().decode(f.body));
+    assert.deepEqual([...fields.keys()], ["payload"]);
+    assert.deepEqual(
+      JSON.parse(fields.get("payload")!),
+      JSON.parse(new TextDecoder().decode(j.body)),
+      "the form's payload is the JSON body",
+    );
+
+    const p = plain.hits[0];
+    assert.equal(p.headers.get("x-hub-signature-256"), null);
+    assert.equal(p.headers.get("x-hub-signature"), null);
+  } finally {
+    await t.close();
+    await Promise.all([json, form, plain].map((r) => r.close()));
+  }
+});
+
+Deno.test("a receiver that never answers holds up neither other hooks' deliveries nor stop()", async () => {
+  const t = await setup({ timeoutMs: 5_000 });
+  let release!: () => void;
+  const released = new Promise<void>((r) => release = r);
+  const stuck = receiver(() => released.then(() => new Response("late")));
+  const fine = receiver();
+  try {
+    await t.hook({ url: stuck.url });
+    await t.hook({ url: fine.url });
+    await t.openPull();
+    await until("the first event", () => fine.hits.length === 1 && stuck.hits.length === 1);
+    await t.openPull(); // while the stuck receiver still holds the first
+    await until("the second event to the healthy receiver", () => fine.hits.length === 2, 2_000);
+    const started = Date.now();
+    await t.worker.stop();
+    assert.ok(Date.now() - started < 2_000, `stop() took ${Date.now() - started} ms`);
+  } finally {
+    release();
+    await t.close();
+    await Promise.all([stuck.close(), fine.close()]);
+  }
+});
+
+Deno.test("a hook made inactive gets none of its pending deliveries", async () => {
+  const t = await setup({ backoffMs: 50, maxBackoffMs: 50 });
+  const port = freePort();
+  let later: ReturnType<typeof receiver> | null = null;
+  try {
+    const id = await t.hook({ url: `http://127.0.0.1:${port}/hook` });
+    await t.openPull();
+    await until("a failed attempt", async () => (await t.deliveries(id))[0].attempts > 0);
+    const p = await t.call("PATCH", `/repos/alice/app/hooks/${id}`, { active: false });
+    assert.equal(p.json.active, false);
+    const hits: Hit[] = [];
+    const server = Deno.serve({ hostname: "127.0.0.1", port, onListen() {} }, async (req) => {
+      hits.push({ path: "", headers: req.headers, body: new Uint8Array(await req.arrayBuffer()) });
+      return new Response("ok");
+    });
+    later = { url: "", hits, close: () => server.shutdown() };
+    await new Promise((r) => setTimeout(r, 500)); // ten retry delays
+    assert.equal(hits.length, 0);
+    assert.equal((await t.deliveries(id))[0].status, "failed");
+  } finally {
+    await t.close();
+    await later?.close();
+  }
+});
+
+Deno.test("the receiver's status decides the outcome; its body is never read, however long", async () => {
+  const t = await setup({ timeoutMs: 3_000 });
+  const endless = receiver(() =>
+    new Response(
+      new ReadableStream({ pull: (c) => c.enqueue(new Uint8Array(1 << 16)) }),
+      { status: 200 },
+    )
+  );
+  const gone = receiver(() => new Response("gone", { status: 410 }));
+  const broken = receiver(() => new Response("oops", { status: 500 }));
+  // Closes the connection after a partial status line.
+  const raw = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const rawDone = (async () => {
+    for await (const conn of raw) {
+      await conn.read(new Uint8Array(4096)).catch(() => null);
+      await conn.write(new TextEncoder().encode("HTTP/1.1 20")).catch(() => {});
+      conn.close();
+    }
+  })();
+  const plainPort = freePort();
+  const plainHttp = Deno.serve(
+    { hostname: "127.0.0.1", port: plainPort, onListen() {} },
+    () => new Response("ok"),
+  );
+  try {
+    const cases: [string, { code: number; status: string }][] = [
+      [endless.url, { code: 200, status: "OK" }],
+      [gone.url, { code: 410, status: "pending" }],
+      [broken.url, { code: 500, status: "pending" }],
+      [`http://127.0.0.1:${(raw.addr as Deno.NetAddr).port}`, { code: 0, status: "pending" }],
+      [`https://127.0.0.1:${plainPort}`, { code: 0, status: "pending" }], // TLS to a plain port
+    ];
+    const ids: number[] = [];
+    for (const [url] of cases) ids.push(await t.hook({ url }));
+    await t.openPull();
+    for (const [i, [url, want]] of cases.entries()) {
+      await until(url, async () => (await t.deliveries(ids[i]))[0].attempts > 0, 5_000);
+      const [d] = await t.deliveries(ids[i]);
+      assert.deepEqual({ code: d.status_code, status: d.status }, want, url);
+    }
+  } finally {
+    await t.close();
+    raw.close();
+    await rawDone;
+    await Promise.all([endless.close(), gone.close(), broken.close(), plainHttp.shutdown()]);
+  }
+});
+
+Deno.test("a database from before content_type keeps sending its hooks JSON", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "forgekit-deliveries-" });
+  const path = join(dir, "v1.db");
+  const v1 = new DatabaseSync(path);
+  v1.exec(`CREATE TABLE hooks (
+    id INTEGER PRIMARY KEY, repo_id INTEGER NOT NULL, url TEXT NOT NULL, secret TEXT, events TEXT NOT NULL,
+    active INTEGER NOT NULL, created_at TEXT NOT NULL, updated_at TEXT NOT NULL);
+    INSERT INTO hooks VALUES (1, 1, 'http://127.0.0.1:9/', NULL, '["*"]', 1, 'x', 'x');
+    PRAGMA user_version = 1;`);
+  v1.close();
+  const store = openSqliteStore(path);
+  try {
+    assert.equal((await store.getHook(1, 1))?.content_type, "json");
+  } finally {
+    await store.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
