@@ -83,6 +83,27 @@ async function seed(call: ReturnType<typeof api>, n: number, name = "app") {
   }
 }
 
+/**
+ * The environment for `forgekit stack` against `url`: an auth.json in `dir`
+ * whose codehost entry for 127.0.0.1 sends `tok`.
+ */
+async function clientEnv(dir: string, url: string, tok: string): Promise<Record<string, string>> {
+  const authFile = join(dir, "auth.json");
+  await Deno.writeTextFile(
+    authFile,
+    JSON.stringify({
+      providers: [{
+        hosts: ["127.0.0.1"],
+        provider: "codehost",
+        auth: "bearer",
+        token_env: "STACKS_TOKEN",
+      }],
+    }),
+    { mode: 0o600 },
+  );
+  return { FORGEKIT_AUTH_FILE: authFile, STACKS_TOKEN: tok, FORGEKIT_API_URL: url };
+}
+
 function freePort(): number {
   const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
   const port = (l.addr as Deno.NetAddr).port;
@@ -373,20 +394,7 @@ Deno.test("forgekit stack list/view/create/add/unstack against the running serve
   const s = await startServer(db);
   try {
     await seed(api(s.url, tok), 4);
-    const authFile = join(dir, "auth.json");
-    await Deno.writeTextFile(
-      authFile,
-      JSON.stringify({
-        providers: [{
-          hosts: ["127.0.0.1"],
-          provider: "codehost",
-          auth: "bearer",
-          token_env: "STACKS_TOKEN",
-        }],
-      }),
-      { mode: 0o600 },
-    );
-    const env = { FORGEKIT_AUTH_FILE: authFile, STACKS_TOKEN: tok, FORGEKIT_API_URL: s.url };
+    const env = await clientEnv(dir, s.url, tok);
     const fk = (args: string[]) => runForgekit(["stack", ...args, "--repo", "alice/app"], { env });
 
     const created = await fk(["create", "1", "2"]);
@@ -474,20 +482,7 @@ Deno.test("forgekit stack list shows every stack, past the API's 100 per page", 
   await store.close();
   const s = await startServer(db);
   try {
-    const authFile = join(dir, "auth.json");
-    await Deno.writeTextFile(
-      authFile,
-      JSON.stringify({
-        providers: [{
-          hosts: ["127.0.0.1"],
-          provider: "codehost",
-          auth: "bearer",
-          token_env: "STACKS_TOKEN",
-        }],
-      }),
-      { mode: 0o600 },
-    );
-    const env = { FORGEKIT_AUTH_FILE: authFile, STACKS_TOKEN: tok, FORGEKIT_API_URL: s.url };
+    const env = await clientEnv(dir, s.url, tok);
     const list = await runForgekit(["stack", "list", "--json", "--repo", "alice/app"], { env });
     assert.equal(list.code, 0, list.stderr);
     const numbers = JSON.parse(list.stdout).map((x: { number: number }) => x.number);
