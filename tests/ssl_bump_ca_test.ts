@@ -56,6 +56,7 @@ Deno.test("the session CA is CA:TRUE pathlen:0, signs certificates only and is n
     assert.match(out, /Subject: CN ?= ?forgekit session CA 20261123T000000\n/);
     assert.match(out, /Subject Key Identifier/);
     assert.match(out, /ASN1 OID: prime256v1/);
+    assert.match(out, /Extended Key Usage:\s+TLS Web Server Authentication\n/);
   } finally {
     await Deno.remove(dir, { recursive: true });
   }
@@ -140,7 +141,12 @@ Deno.test("leaves share one key and get distinct random serials", async () => {
 });
 
 /** A leaf for `san` (e.g. `IP:10.0.0.1`) signed with the session CA's key by openssl: a stolen key. */
-async function forge(dir: string, ca: { certPem: string; keyPem: string }, san: string) {
+async function forge(
+  dir: string,
+  ca: { certPem: string; keyPem: string },
+  san: string,
+  eku = "serverAuth",
+) {
   const [caPem, caKey, key, csr, ext, out] = [
     "ca.pem",
     "ca-key.pem",
@@ -154,7 +160,7 @@ async function forge(dir: string, ca: { certPem: string; keyPem: string }, san: 
   await Deno.writeTextFile(caKey, ca.keyPem);
   await Deno.writeTextFile(
     ext,
-    `subjectAltName=critical,${san}\nextendedKeyUsage=serverAuth\nauthorityKeyIdentifier=keyid\n`,
+    `subjectAltName=critical,${san}\nextendedKeyUsage=${eku}\nauthorityKeyIdentifier=keyid\n`,
   );
   for (
     const args of [
@@ -407,6 +413,23 @@ except ssl.SSLError as e:
         await server.shutdown();
       }
     }
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("the CA vouches for servers only: a client certificate its key signs fails openssl verify", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const ca = await createSessionCa({ allowDomains: ["github.com"], sessionId: "t" });
+    const verify = async (leaf: string, purpose: string) =>
+      await openssl(["verify", "-purpose", purpose, "-CAfile", join(dir, "ca.pem"), leaf]);
+    const server = await forge(dir, ca, "DNS:github.com");
+    assert.equal((await verify(server, "sslserver")).code, 0, "a server leaf passes");
+    const client = await forge(dir, ca, "DNS:github.com", "clientAuth");
+    const r = await verify(client, "sslclient");
+    assert.notEqual(r.code, 0, "a client certificate from a stolen key is refused");
+    assert.match(r.out, /unsuitable certificate purpose/);
   } finally {
     await Deno.remove(dir, { recursive: true });
   }

@@ -231,6 +231,9 @@ export async function createSessionCa(options: SessionCaOptions): Promise<Sessio
     rawExt(OID.keyUsage, true, keyUsage(0x06, 1)),
     rawExt(OID.subjectKeyId, false, new asn1js.OctetString({ valueHex: caKeyId })),
     ext(OID.nameConstraints, true, constraints),
+    // Server certificates only: verifiers that chain EKU (OpenSSL, Go, rustls) refuse
+    // anything else it might sign, such as a client certificate.
+    ext(OID.extKeyUsage, false, new pkijs.ExtKeyUsage({ keyPurposes: [OID.serverAuth] })),
   ];
   await ca.subjectPublicKeyInfo.importKey(caKeys.publicKey);
   await ca.sign(caKeys.privateKey, "SHA-256");
