@@ -8,9 +8,10 @@
  * minus what the same run costs it with no proxy, direct; the others are
  * read from /proc).
  * "h2" is what an HTTP/2 client gets: squid answers it in HTTP/1.1. The client is curl for every proxy; the origin is an HTTPS
- * server on 127.0.0.1:443 under real names (test CA). As root the run happens
- * in private network and mount namespaces whose /etc/hosts maps those names
- * to 127.0.0.1, so every proxy dials the origin directly; otherwise through a
+ * server on port 443 under real names (test CA). As root the run happens in
+ * private network and mount namespaces whose /etc/hosts maps those names to
+ * the origin's address there (ORIGIN_ADDR), so every proxy dials the origin
+ * directly; otherwise through a
  * CONNECT router (squid skipped). Nothing leaves loopback.
  *
  * @module
@@ -22,6 +23,12 @@ import { makeTestCa } from "../tests/support/tls.ts";
 import { startBumpFront } from "../tests/support/bump.ts";
 
 const dec = new TextDecoder();
+/**
+ * The origin's address in the private namespace: on its loopback interface,
+ * but not a loopback address, which forgekit refuses to dial for a name (a
+ * name resolving to this machine could reach its services).
+ */
+const ORIGIN_ADDR = "10.255.0.1";
 const HOSTS = Array.from({ length: 12 }, (_, i) => `h${i}.github.com`);
 const N = 500;
 /** Measurement rounds; each figure is the median of its rounds. */
@@ -85,6 +92,7 @@ function startRouter(originPort: number): { url: string; close(): Promise<void> 
 async function startOrigin(
   leaf: { cert: string; key: string },
   port: number,
+  hostname: string,
 ): Promise<{ port: number; close(): Promise<void> }> {
   const dir = await Deno.makeTempDir({ prefix: "forgekit-bench-origin-" });
   await Deno.writeTextFile(join(dir, "leaf.pem"), leaf.cert);
@@ -97,6 +105,7 @@ async function startOrigin(
       join(dir, "leaf.pem"),
       join(dir, "leaf.key"),
       String(port),
+      hostname,
     ],
     stdout: "piped",
     stderr: "inherit",
@@ -288,7 +297,7 @@ async function squidTarget(testCaPath: string): Promise<Target> {
     "16MB",
   ]);
   await run("chown", ["-R", "proxy:proxy", dir]);
-  await Deno.writeTextFile(join(dir, "hosts"), HOSTS.map((h) => `127.0.0.1 ${h}\n`).join(""));
+  await Deno.writeTextFile(join(dir, "hosts"), HOSTS.map((h) => `${ORIGIN_ADDR} ${h}\n`).join(""));
   const port = freePort();
   await Deno.writeTextFile(
     join(dir, "squid.conf"),
@@ -379,13 +388,16 @@ const INNER = "FORGEKIT_BUMP_BENCH_INNER";
 
 /**
  * Runs the measurement in private network and mount namespaces (own loopback,
- * own port 443) whose /etc/hosts maps the bench names to 127.0.0.1, so every proxy dials the origin directly, as in
+ * own port 443) whose /etc/hosts maps the bench names to ORIGIN_ADDR, so every proxy dials the origin directly, as in
  * real use. Returns null when that is impossible (not root, no unshare).
  */
 async function inPrivateHosts(): Promise<string[] | null> {
   const hosts = await Deno.makeTempFile({ prefix: "forgekit-bench-hosts-" });
   try {
-    await Deno.writeTextFile(hosts, `127.0.0.1 localhost ${HOSTS.join(" ")}\n::1 localhost\n`);
+    await Deno.writeTextFile(
+      hosts,
+      `127.0.0.1 localhost\n${ORIGIN_ADDR} ${HOSTS.join(" ")}\n::1 localhost\n`,
+    );
     const env: Record<string, string> = { [INNER]: "1" };
     for (const v of ["HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "ALL_PROXY"]) {
       env[v] = "";
@@ -396,7 +408,8 @@ async function inPrivateHosts(): Promise<string[] | null> {
         "-n",
         "sh",
         "-c",
-        'ip link set lo up && mount --bind "$0" /etc/hosts && exec "$1" run -A "$2"',
+        `ip link set lo up && ip addr add ${ORIGIN_ADDR}/32 dev lo && ` +
+        'mount --bind "$0" /etc/hosts && exec "$1" run -A "$2"',
         hosts,
         Deno.execPath(),
         fileURLToPath(import.meta.url),
@@ -417,14 +430,15 @@ async function inPrivateHosts(): Promise<string[] | null> {
 async function measure(directHosts: boolean): Promise<string[]> {
   const ca = await makeTestCa("forgekit bench CA");
   const leaf = await ca.issue(HOSTS);
-  const origin = await startOrigin(leaf, directHosts ? 443 : 0);
+  const originAddr = directHosts ? ORIGIN_ADDR : "127.0.0.1";
+  const origin = await startOrigin(leaf, directHosts ? 443 : 0, originAddr);
   const router = directHosts ? null : startRouter(origin.port);
   const direct: Target = {
     name: "direct",
     args: [
       "--cacert",
       ca.certPath,
-      ...HOSTS.flatMap((h) => ["--connect-to", `${h}:443:127.0.0.1:${origin.port}`]),
+      ...HOSTS.flatMap((h) => ["--connect-to", `${h}:443:${originAddr}:${origin.port}`]),
     ],
     cpu: ownCpu,
     close: () => Promise.resolve(),

@@ -1,14 +1,15 @@
 /**
  * A TLS origin for the firewall benchmarks, in its own process (as a real
  * origin would be: it must not share the event loop of the proxy measured):
- * `deno run -A bench/origin.ts CERT_FILE KEY_FILE [PORT]` serves /64k, /16m,
- * /small ("ok\n") and /big (16 MiB) on 127.0.0.1 and prints "ready PORT".
+ * `deno run -A bench/origin.ts CERT_FILE KEY_FILE [PORT [ADDRESS]]` serves /64k,
+ * /16m, /small ("ok\n") and /big (16 MiB) on ADDRESS (default 127.0.0.1) and
+ * prints "ready PORT".
  */
-const [certFile, keyFile, port = "443"] = Deno.args;
+const [certFile, keyFile, port = "443", hostname = "127.0.0.1"] = Deno.args;
 const small = new Uint8Array(64 * 1024).fill(97);
 const big = new Uint8Array(16 * 1024 * 1024).fill(98);
 Deno.serve({
-  hostname: "127.0.0.1",
+  hostname,
   port: Number(port),
   cert: Deno.readTextFileSync(certFile),
   key: Deno.readTextFileSync(keyFile),

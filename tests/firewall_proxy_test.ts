@@ -288,6 +288,19 @@ Deno.test("plain HTTP: a chunked body that breaks its framing gets 400; upstream
   }
 });
 
+Deno.test("a CONNECT target that is not a host name gets 400, even under an allowed domain", async () => {
+  await withProxy(async (send, hits) => {
+    // An upstream proxy that reads its CONNECT target as a URL would connect to evil.example.
+    for (const sep of ["/", "#", "?", "\\", "@", "\t", "%00"]) {
+      const target = `evil.example${sep}.allowed.example:443`;
+      const res = await send(`CONNECT ${target} HTTP/1.1\r\nHost: ${target}\r\n\r\nx`);
+      assert.match(res, /^HTTP\/1\.1 400 Bad Request\r\n/, JSON.stringify(target));
+      assert.match(res, /bad CONNECT target/);
+    }
+    assert.equal(hits(), 0);
+  });
+});
+
 Deno.test("a head over the limit gets 431, for CONNECT and plain HTTP", async () => {
   await withProxy(async (send, hits) => {
     const big = "X-Big: " + "a".repeat(MAX_HEAD) + "\r\n";

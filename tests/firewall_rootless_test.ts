@@ -58,8 +58,11 @@ Deno.test(
         `echo "ok $(${curl} https://api.example/repos/a/b)"`,
         `echo "path $(${curl} -o /dev/null -w '%{http_code}' https://api.example/admin)"`,
         `echo "domain $(${curl} -o /dev/null -w '%{http_connect}' https://other.example/ 2>/dev/null)"`,
-        // This run's session directory is visible, its ssl/ directory empty (the key hidden).
-        `for d in /tmp/fw-[0-9]*/ssl; do echo "ssl $(ls -A "$d" | wc -l) $(cat "$d/ca-key.pem" 2>/dev/null | wc -c)"; done`,
+        // This run's session directory is visible, its ssl/ directory empty (the key hidden),
+        // and root inside cannot take the cover away.
+        `for d in /tmp/fw-[0-9]*/ssl; do umount "$d" 2>/dev/null; echo "ssl $(ls -A "$d" | wc -l) $(cat "$d/ca-key.pem" 2>/dev/null | wc -c)"; done`,
+        // The upstream proxy's password stays with forgekit.
+        `echo "password $(grep -rls 'pw-cana[r]y' /tmp/fw-[0-9]*/ /proc/[0-9]*/environ 2>/dev/null | wc -l)"`,
         // Root inside is the invoking user outside: a user namespace.
         `echo "uid-map $(awk '{print $1, $2}' /proc/self/uid_map)"`,
       ].join("; ");
@@ -92,7 +95,7 @@ Deno.test(
           DENO_DIR: join(kit.dir, "deno-dir"),
           DENO_NO_UPDATE_CHECK: "1",
           NO_COLOR: "1",
-          HTTPS_PROXY: o.proxy.url,
+          HTTPS_PROXY: o.proxy.url.replace("http://", "http://user:pw-canary@"),
           HTTP_PROXY: o.proxy.url,
         },
         stdout: "piped",
@@ -106,6 +109,7 @@ Deno.test(
         "path 403",
         "domain 403",
         "ssl 0 0",
+        "password 0",
         `uid-map 0 ${Deno.uid() === 0 ? NOBODY : Deno.uid()}`,
       ]);
       assert.match(stderr, /api\.example {2}1\n/, "the summary lists the blocked URL's host");

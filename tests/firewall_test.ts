@@ -5,7 +5,8 @@
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { denoDir, runForgekit, spawnForgekit } from "./support/cli.ts";
+import { findCommand } from "../lib/cli/mod.ts";
+import { baseEnv, denoDir, MAIN_TS, runForgekit, spawnForgekit } from "./support/cli.ts";
 import { gitCgi, makeBareRepo } from "./support/git_server.ts";
 import { assertNamespaces, needsNamespaces } from "./support/namespaces.ts";
 import { startOrigins } from "./support/origin.ts";
@@ -208,43 +209,46 @@ Deno.test(
 );
 
 Deno.test(
-  "the exit status passes through; SIGTERM gives 143 and removes the session directory",
+  "the exit status passes through; SIGTERM gives 143, SIGHUP 129, and both remove the session directory",
   needsNamespaces,
   async () => {
     assertNamespaces();
     const r = await firewall(["--allow-domains", "allowed.example"], sh("exit 7"));
     assert.equal(r.code, 7);
-    const before = sessionDirs();
-    const child = spawnForgekit([
-      "firewall",
-      "--log-dir",
-      logDir,
-      "--allow-domains",
-      "allowed.example",
-      "--",
-      "sleep",
-      "30",
-    ], {
-      env: { ...o.env, PATH: Deno.env.get("PATH")! },
-    });
-    // Wait until the sandbox runs COMMAND.
-    const end = Date.now() + 20_000;
-    let running = false;
-    while (!running && Date.now() < end) {
-      running = sessionDirs().filter((d) => !before.includes(d)).some((d) => {
-        try {
-          return Deno.statSync(`/tmp/${d}/sandbox-ready`).isFile;
-        } catch {
-          return false;
-        }
+    for (const [signal, code] of [["SIGTERM", 143], ["SIGHUP", 129]] as const) {
+      const before = sessionDirs();
+      const child = spawnForgekit([
+        "firewall",
+        "--log-dir",
+        logDir,
+        "--allow-domains",
+        "allowed.example",
+        "--ssl-bump",
+        "--",
+        "sleep",
+        "30",
+      ], {
+        env: { ...o.env, PATH: Deno.env.get("PATH")! },
       });
-      if (!running) await new Promise((res) => setTimeout(res, 50));
+      // Wait until the sandbox runs COMMAND.
+      const end = Date.now() + 20_000;
+      let running = false;
+      while (!running && Date.now() < end) {
+        running = sessionDirs().filter((d) => !before.includes(d)).some((d) => {
+          try {
+            return Deno.statSync(`/tmp/${d}/sandbox-ready`).isFile;
+          } catch {
+            return false;
+          }
+        });
+        if (!running) await new Promise((res) => setTimeout(res, 50));
+      }
+      assert.ok(running, "the sandbox started");
+      child.kill(signal);
+      const status = await child.output();
+      assert.equal(status.code, code, new TextDecoder().decode(status.stderr));
+      assert.deepEqual(sessionDirs(), before, `the session directory is gone after ${signal}`);
     }
-    assert.ok(running, "the sandbox started");
-    child.kill("SIGTERM");
-    const status = await child.output();
-    assert.equal(status.code, 143, new TextDecoder().decode(status.stderr));
-    assert.deepEqual(sessionDirs(), before, "the session directory is gone after SIGTERM");
   },
 );
 
@@ -313,6 +317,326 @@ Deno.test(
     } finally {
       churning = false;
       await churn;
+    }
+  },
+);
+
+/** A listener on the host's loopback that counts the connections that reached it. */
+function canary(): { port: number; hits(): number; close(): void } {
+  const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  let hits = 0;
+  (async () => {
+    for await (const c of l) {
+      hits++;
+      c.close();
+    }
+  })().catch(() => {});
+  return { port: (l.addr as Deno.NetAddr).port, hits: () => hits, close: () => l.close() };
+}
+
+/** Host processes whose command line is exactly `argv`. */
+function processesRunning(argv: string[]): number[] {
+  const want = argv.join("\0") + "\0";
+  const pids: number[] = [];
+  for (const e of Deno.readDirSync("/proc")) {
+    if (!/^\d+$/.test(e.name)) continue;
+    try {
+      if (Deno.readTextFileSync(`/proc/${e.name}/cmdline`) === want) pids.push(Number(e.name));
+    } catch { /* gone */ }
+  }
+  return pids;
+}
+
+Deno.test(
+  "run as root, COMMAND cannot enter the host's network namespace, uncover the key or change kernel settings",
+  needsNamespaces,
+  async () => {
+    assertNamespaces();
+    const host = canary();
+    try {
+      const r = await firewall(
+        ["--allow-domains", "allowed.example", "--ssl-bump"],
+        sh([
+          // Every network namespace it can name (forgekit's is the host's).
+          `n=0; for p in /proc/[0-9]*; do nsenter --net="$p/ns/net" curl -s -m 3 --noproxy '*' -o /dev/null http://127.0.0.1:${host.port}/ 2>/dev/null && n=$((n+1)); done; echo "entered $n"`,
+          // The key directory: hidden by a mount, which must stay put; and as seen by other processes.
+          `for d in /tmp/fw-[0-9]*/ssl; do umount "$d" 2>/dev/null; cat "$d/ca-key.pem" 2>/dev/null; done`,
+          `cat /proc/[0-9]*/root/tmp/fw-[0-9]*/ssl/ca-key.pem 2>/dev/null`,
+          `[ -w /proc/sys/kernel/hostname ] && echo "sysctl writable"`,
+          `[ -w /sys/kernel ] && echo "sysfs writable"`,
+          `ip link set lo mtu 60000 2>/dev/null && echo "link changed"`,
+          `echo done`,
+        ].join("; ")),
+      );
+      assert.equal(r.code, 0, r.stderr);
+      assert.match(r.stdout, /^entered 0$/m);
+      assert.doesNotMatch(r.stdout, /PRIVATE KEY/);
+      assert.doesNotMatch(r.stdout, /link changed|sysctl writable|sysfs writable/);
+      assert.match(r.stdout, /^done$/m);
+      assert.equal(host.hits(), 0, "nothing reached the host's loopback");
+    } finally {
+      host.close();
+    }
+  },
+);
+
+Deno.test(
+  "the upstream proxy's password is not readable inside the sandbox",
+  needsNamespaces,
+  async () => {
+    assertNamespaces();
+    const r = await firewall(
+      ["--allow-domains", "allowed.example"],
+      sh(
+        `grep -rls 'pw-cana[r]y' /tmp/fw-[0-9]*/ /proc/[0-9]*/environ 2>/dev/null | wc -l; ${curl} https://allowed.example/pw`,
+      ),
+      { HTTPS_PROXY: o.proxy.url.replace("http://", "http://user:pw-canary@") },
+    );
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(r.stdout, "0\nhello allowed.example /pw\n");
+  },
+);
+
+Deno.test(
+  "a process COMMAND leaves running ends with the sandbox; orphans that exit are reaped",
+  needsNamespaces,
+  async () => {
+    assertNamespaces();
+    const daemon = ["sleep", `3600.${Deno.pid}`];
+    try {
+      const r = await firewall(
+        ["--allow-domains", "allowed.example"],
+        sh(
+          `(setsid ${daemon.join(" ")} </dev/null >/dev/null 2>&1 &); ` +
+            `for i in 1 2 3; do (sleep 0.1 &); done; sleep 1; echo "zombies $(ps -eo stat= | grep -c '^Z')"`,
+        ),
+      );
+      assert.equal(r.code, 0, r.stderr);
+      assert.equal(r.stdout, "zombies 0\n");
+      assert.deepEqual(processesRunning(daemon), [], "the daemon is gone");
+    } finally {
+      for (const pid of processesRunning(daemon)) Deno.kill(pid, "SIGKILL");
+    }
+  },
+);
+
+Deno.test(
+  "Unix sockets of the host's services under /run are not reachable inside",
+  needsNamespaces,
+  async () => {
+    assertNamespaces();
+    const path = `/run/forgekit-test-${Deno.pid}.sock`;
+    const l = Deno.listen({ transport: "unix", path });
+    let hits = 0;
+    (async () => {
+      for await (const c of l) {
+        hits++;
+        c.close();
+      }
+    })().catch(() => {});
+    try {
+      const r = await firewall(
+        ["--allow-domains", "allowed.example"],
+        sh(`curl -s -m 3 --unix-socket ${path} http://x/ >/dev/null 2>&1; echo "rc $?"`),
+      );
+      assert.equal(r.code, 0, r.stderr);
+      assert.doesNotMatch(r.stdout, /^rc (0|52|56)$/m);
+      assert.equal(hits, 0, "nothing connected to the host's socket");
+    } finally {
+      l.close();
+      await Deno.remove(path).catch(() => {});
+    }
+  },
+);
+
+Deno.test(
+  "the host's System V IPC objects and /dev/shm are not shared with COMMAND",
+  needsNamespaces,
+  async () => {
+    assertNamespaces();
+    const queue = new TextDecoder().decode(
+      (await new Deno.Command("ipcmk", { args: ["-Q"], stdout: "piped" }).output()).stdout,
+    ).match(/\d+/)![0];
+    const shm = `/dev/shm/forgekit-test-${Deno.pid}`;
+    await Deno.writeTextFile(shm, "host");
+    try {
+      const r = await firewall(
+        ["--allow-domains", "allowed.example"],
+        sh(`ipcs -q | awk '{print $2}' | grep -cx ${queue}; cat ${shm} 2>/dev/null; echo end`),
+      );
+      assert.equal(r.stdout, "0\nend\n", r.stderr);
+    } finally {
+      await new Deno.Command("ipcrm", { args: ["-q", queue] }).output();
+      await Deno.remove(shm);
+    }
+  },
+);
+
+Deno.test(
+  "invoked through sudo, COMMAND cannot regain root through a setuid program nor reach the user's processes outside",
+  needsNamespaces,
+  async () => {
+    assertNamespaces();
+    const dir = await Deno.makeTempDir({ prefix: "forgekit-setuid-" });
+    await Deno.chmod(dir, 0o755);
+    await Deno.copyFile(findCommand("id")!, join(dir, "id"));
+    await Deno.chmod(join(dir, "id"), 0o4755);
+    // One of the user's own processes, outside the sandbox.
+    const outside = new Deno.Command("setpriv", {
+      args: ["--reuid=65534", "--regid=65534", "--clear-groups", "--", "sleep", "60"],
+      env: { FORGEKIT_CANARY: "outside" },
+      stdout: "null",
+      stderr: "null",
+    }).spawn();
+    try {
+      const r = await firewall(
+        ["--allow-domains", "allowed.example"],
+        sh(
+          `${
+            join(dir, "id")
+          } -u; tr '\\0' '\\n' < /proc/${outside.pid}/environ 2>/dev/null | grep -c FORGEKIT_CANARY`,
+        ),
+        { SUDO_UID: "65534", SUDO_GID: "65534" },
+      );
+      assert.equal(r.stdout, "65534\n0\n", r.stderr);
+    } finally {
+      outside.kill("SIGKILL");
+      await outside.status;
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+);
+
+Deno.test(
+  "an allowed name that resolves to this machine's loopback is not connected to",
+  needsNamespaces,
+  async () => {
+    assertNamespaces();
+    // forgekit runs in a network namespace of its own, where rebind.example is
+    // 127.0.0.1 and services listen on 127.0.0.1:80 and :443.
+    const dir = await Deno.makeTempDir({ prefix: "forgekit-rebind-" });
+    const hosts = join(dir, "hosts");
+    await Deno.writeTextFile(hosts, "127.0.0.1 localhost\n127.0.0.1 rebind.example\n");
+    const hits = join(dir, "hits");
+    const services = `for (const port of [80, 443]) {
+      const l = Deno.listen({ hostname: "127.0.0.1", port });
+      (async () => { for await (const c of l) { Deno.writeTextFileSync(${
+      JSON.stringify(hits)
+    }, port + "\\n", { append: true }); c.close(); } })();
+    }
+    Deno.writeTextFileSync(${JSON.stringify(`${hits}.ready`)}, "");`;
+    const script = [
+      "set -e",
+      "ip link set lo up",
+      `mount --bind ${hosts} /etc/hosts`,
+      `${Deno.execPath()} eval '${services}' & services=$!`,
+      `while [ ! -e ${hits}.ready ]; do sleep 0.05; done`,
+      `${Deno.execPath()} run -A --quiet ${MAIN_TS} firewall --log-dir ${dir} --allow-domains rebind.example -- sh -c ` +
+      `"curl -sS -m 5 -o /dev/null -w 'http %{http_code}\\n' http://rebind.example/; curl -sk -m 5 https://rebind.example/ >/dev/null; echo https \\$?" || true`,
+      "kill $services",
+    ].join("\n");
+    try {
+      const out = await new Deno.Command("unshare", {
+        args: [
+          ...(Deno.uid() === 0 ? [] : ["--user", "--map-root-user"]),
+          "--net",
+          "--mount",
+          "--",
+          "sh",
+          "-c",
+          script,
+        ],
+        env: baseEnv(),
+        clearEnv: true,
+        stdout: "piped",
+        stderr: "piped",
+      }).output();
+      const stdout = new TextDecoder().decode(out.stdout);
+      const stderr = new TextDecoder().decode(out.stderr);
+      assert.match(stdout, /^http 502$/m, stderr);
+      assert.doesNotMatch(stdout, /^https 0$/m);
+      const got = await Deno.readTextFile(hits).catch(() => "");
+      assert.equal(got, "", "nothing reached the services on loopback");
+      const log = (await Deno.readTextFile(join(dir, "access.log"))).trim().split("\n").map((l) =>
+        JSON.parse(l)
+      );
+      assert.equal(log.length, 2);
+      for (const e of log) {
+        assert.match(String(e.reason), /rebind\.example resolves to 127\.0\.0\.1/);
+      }
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+);
+
+Deno.test(
+  "with --ssl-bump, COMMAND holds none of forgekit's sockets",
+  needsNamespaces,
+  async () => {
+    assertNamespaces();
+    const list = `import os, socket
+for fd in sorted(int(f) for f in os.listdir("/proc/self/fd")):
+    try:
+        s = socket.socket(fileno=os.dup(fd))
+    except OSError:
+        continue
+    print("socket", fd, s.getsockname())
+print("listed")
+`;
+    const r = await firewall(
+      ["--allow-domains", "allowed.example", "--ssl-bump"],
+      ["python3", "-c", list],
+    );
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(r.stdout, "listed\n");
+  },
+);
+
+Deno.test(
+  "COMMAND cannot type into the terminal forgekit runs in",
+  needsNamespaces,
+  async () => {
+    assertNamespaces();
+    // forgekit on a terminal (script's pseudo-terminal), and after it the shell
+    // that would read what COMMAND typed there (TIOCSTI) as its next command.
+    const dir = await Deno.makeTempDir({ prefix: "forgekit-tty-" });
+    const type = `import fcntl, os, termios
+try:
+    tty = os.open("/dev/tty", os.O_RDWR)
+    for c in b"echo typed-by-command\\n": fcntl.ioctl(tty, termios.TIOCSTI, bytes([c]))
+except OSError as e:
+    print("no terminal:", e.strerror)
+`;
+    await Deno.writeTextFile(join(dir, "type.py"), type);
+    await Deno.writeTextFile(
+      join(dir, "outer.sh"),
+      [
+        `${Deno.execPath()} run -A --quiet ${MAIN_TS} firewall --log-dir ${logDir} --allow-domains allowed.example -- python3 ${
+          join(dir, "type.py")
+        }`,
+        `for i in 1 2; do IFS= read -r -t 2 line && echo "the shell read: $line"; done`,
+        `echo end`,
+      ].join("\n"),
+    );
+    try {
+      // The terminal's input stays open (piped, never written) so that only
+      // what is typed into it is read.
+      const child = new Deno.Command("script", {
+        args: ["-qec", `bash ${join(dir, "outer.sh")}`, "/dev/null"],
+        env: { ...baseEnv(), ...o.env },
+        clearEnv: true,
+        stdin: "piped",
+        stdout: "piped",
+        stderr: "piped",
+      }).spawn();
+      const out = await child.output();
+      await child.stdin.close().catch(() => {});
+      const stdout = new TextDecoder().decode(out.stdout);
+      assert.match(stdout, /^end\r?$/m, new TextDecoder().decode(out.stderr));
+      assert.doesNotMatch(stdout, /the shell read: echo typed-by-command/);
+    } finally {
+      await Deno.remove(dir, { recursive: true });
     }
   },
 );

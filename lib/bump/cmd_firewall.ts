@@ -15,6 +15,7 @@ import { splitDomainText, validateDomains } from "./host_validation.ts";
 import { serveProxy } from "./proxy.ts";
 import {
   exitCodeOf,
+  FORWARDED_SIGNALS,
   forwardSignals,
   proxyVars,
   runSandboxed,
@@ -50,8 +51,9 @@ Logs and sandbox:
 
 Only ports 80 and 443 are allowed. HTTPS is checked by the CONNECT host and the TLS
 SNI, which must be equal; plain HTTP by the URL's host. Exit status: COMMAND's
-(130/143 when interrupted), 2 for usage errors and when the sandbox's tools are
-missing (not Linux, no unshare or ip), 1 when the sandbox or forgekit fails.
+(130/143/129 when interrupted by SIGINT/SIGTERM/SIGHUP), 2 for usage errors and when
+the sandbox's tools are missing (not Linux, no unshare, setpriv, setsid or ip), 1 when
+the sandbox or forgekit fails.
 
 Examples:
   sudo forgekit firewall --allow-domains github.com,npmjs.org -- npm ci
@@ -214,8 +216,7 @@ export async function runFirewall(argv: string[]): Promise<number> {
   };
   // Cleanup also when forgekit itself is interrupted while setting up.
   const onSignal = () => {};
-  Deno.addSignalListener("SIGINT", onSignal);
-  Deno.addSignalListener("SIGTERM", onSignal);
+  for (const sig of FORWARDED_SIGNALS) Deno.addSignalListener(sig, onSignal);
   try {
     if (values["ssl-bump"]) {
       bump = await createBumpSession({
@@ -230,19 +231,22 @@ export async function runFirewall(argv: string[]): Promise<number> {
       });
     }
     const noSandbox = values["no-sandbox"] === true;
-    listener = await listenProxy(
-      noSandbox ? { hostname: "127.0.0.1", port: 0 } : { path: session.socketPath },
-      bump !== null,
-    );
-    serving = serveProxy(listener, {
-      policy: { allow, block },
-      log,
-      upstream,
-      bump: bump && {
-        splice: (host) => noBump.some((d) => domainMatches(d, host)),
-        intercept: (c, h, p, hello) => bump!.intercept(c, h, p, hello),
-      },
-    });
+    const listen = async () => {
+      listener = await listenProxy(
+        noSandbox ? { hostname: "127.0.0.1", port: 0 } : { path: session.socketPath },
+        bump !== null,
+      );
+      serving = serveProxy(listener, {
+        policy: { allow, block },
+        log,
+        upstream,
+        bump: bump && {
+          splice: (host) => noBump.some((d) => domainMatches(d, host)),
+          intercept: (c, h, p, hello) => bump!.intercept(c, h, p, hello),
+        },
+      });
+      return listener;
+    };
     const bundleInSandbox = "/etc/ssl/certs/ca-certificates.crt";
     const caEnv = bump
       ? Object.fromEntries(
@@ -266,7 +270,7 @@ export async function runFirewall(argv: string[]): Promise<number> {
           "warning: --no-sandbox: COMMAND runs without isolation; a program that ignores the proxy variables bypasses the filter",
         ),
       );
-      const port = (listener.addr as Deno.NetAddr).port;
+      const port = ((await listen()).addr as Deno.NetAddr).port;
       const child = new Deno.Command(command[0], {
         args: command.slice(1),
         env: { ...proxyVars(port), ...caEnv },
@@ -298,7 +302,7 @@ export async function runFirewall(argv: string[]): Promise<number> {
         uid: sudoUid ? Number(sudoUid) : null,
         gid: sudoGid ? Number(sudoGid) : null,
       };
-      code = await runSandboxed(spec);
+      code = await runSandboxed(spec, listen);
     }
     return code;
   } catch (err) {
@@ -314,8 +318,7 @@ export async function runFirewall(argv: string[]): Promise<number> {
     await cleanup();
     await Promise.race([serving, new Promise((r) => setTimeout(r, 2000))]);
     log.close();
-    Deno.removeSignalListener("SIGINT", onSignal);
-    Deno.removeSignalListener("SIGTERM", onSignal);
+    for (const sig of FORWARDED_SIGNALS) Deno.removeSignalListener(sig, onSignal);
     const summary = log.blocked.summary(allow);
     if (summary && level !== "error") console.error(summary);
     info(`forgekit firewall: access log ${log.path}`);

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { CliError } from "../cli/mod.ts";
-import { decide } from "./domain_policy.ts";
-import { validateDomains } from "./host_validation.ts";
+import { addressProblem, decide } from "./domain_policy.ts";
+import { isDialable, validateDomains } from "./host_validation.ts";
 
 Deno.test("decide() applies allow, wildcard, block, IP-literal and port rules", () => {
   const policy = {
@@ -25,6 +25,15 @@ Deno.test("decide() applies allow, wildcard, block, IP-literal and port rules", 
     ["[::1]", 443, false, "ip-literal"],
     ["example.com", 8443, false, "port:8443"],
     ["upper.test", 443, true, "allow-domains:upper.test"],
+    // Other spellings of an IPv4 address (what the resolver makes of them) are IP literals too.
+    ["2130706433", 443, false, "ip-literal"],
+    ["127.1", 443, false, "ip-literal"],
+    ["0x7f000001", 443, false, "ip-literal"],
+    ["0x7f.0.0.1", 443, false, "ip-literal"],
+    ["017700000001", 443, false, "ip-literal"],
+    ["127.0.0.011", 443, false, "ip-literal"],
+    ["127.0.0.9.", 443, true, "allow-domains:127.0.0.9"],
+    ["[::ffff:127.0.0.9]", 443, false, "ip-literal"],
   ];
   for (const [host, port, allowed, rule] of cases) {
     assert.deepEqual([decide(policy, host, port).allowed, decide(policy, host, port).rule], [
@@ -51,6 +60,11 @@ Deno.test("validateDomains() rejects each bad entry with one line naming it", ()
     ["exa_mple.com", "characters that are not valid in a host name"],
     ["foo*.example.com", 'a wildcard is only allowed as a leading "*."'],
     ["-bad.example.com", "a label that is not valid in a host name"],
+    ["127.1", "an IP address not written as four decimal numbers (a.b.c.d)"],
+    ["2130706433", "an IP address not written as four decimal numbers (a.b.c.d)"],
+    ["0.1", "an IP address not written as four decimal numbers (a.b.c.d)"],
+    ["10.0.0.010", "an IP address not written as four decimal numbers (a.b.c.d)"],
+    ["x.0x10", "an IP address not written as four decimal numbers (a.b.c.d)"],
   ];
   for (const [entry, why] of cases) {
     try {
@@ -65,4 +79,57 @@ Deno.test("validateDomains() rejects each bad entry with one line naming it", ()
       );
     }
   }
+});
+
+Deno.test("addressProblem() refuses a name that reached this machine or a link-local address", () => {
+  const cases: [string, string, boolean][] = [
+    ["api.example.com", "140.82.112.6", false],
+    ["api.example.com", "10.1.2.3", false],
+    ["api.example.com", "2606:50c0:8000::153", false],
+    ["rebind.example", "127.0.0.1", true],
+    ["rebind.example", "127.8.9.10", true],
+    ["rebind.example", "0.0.0.0", true],
+    ["rebind.example", "169.254.169.254", true],
+    ["rebind.example", "::1", true],
+    ["rebind.example", "::", true],
+    ["rebind.example", "fe80::1", true],
+    ["rebind.example", "::ffff:127.0.0.1", true],
+    ["rebind.example", "::ffff:7f00:1", true],
+    ["rebind.example", "::ffff:169.254.169.254", true],
+    ["rebind.example", "::ffff:8c52:7006", false],
+    // What the user named as this machine, or listed as an address, was decided on already.
+    ["localhost", "127.0.0.1", false],
+    ["dev.localhost", "::1", false],
+    ["127.0.0.1", "127.0.0.1", false],
+    ["::1", "::1", false],
+  ];
+  for (const [host, address, refused] of cases) {
+    const why = addressProblem(host, address);
+    assert.equal(why !== null, refused, `${host} at ${address}: ${why}`);
+  }
+  assert.equal(
+    addressProblem("rebind.example", "127.0.0.1"),
+    "rebind.example resolves to 127.0.0.1, an address of this machine or a link-local one " +
+      "(list the address in --allow-domains and connect to it by address to allow it)",
+  );
+});
+
+Deno.test("isDialable() takes host names and IP literals, nothing another parser could split", () => {
+  const cases: [string, boolean][] = [
+    ["api.github.com", true],
+    ["under_score.example", true],
+    ["127.0.0.1", true],
+    ["::ffff:127.0.0.1", true],
+    ["evil.example/.allowed.example", false],
+    ["evil.example#.allowed.example", false],
+    ["evil.example?.allowed.example", false],
+    ["evil.example\\.allowed.example", false],
+    ["user@allowed.example", false],
+    ["evil.example\t.allowed.example", false],
+    ["evil.example\0.allowed.example", false],
+    ["*.allowed.example", false],
+    ["fe80::1%eth0", false],
+    ["", false],
+  ];
+  for (const [host, want] of cases) assert.equal(isDialable(host), want, JSON.stringify(host));
 });

@@ -2,11 +2,50 @@
 import { usageError } from "../cli/mod.ts";
 
 const LABEL = /^(?!-)[a-z0-9-]{1,63}(?<!-)$/;
-const IPV4 = /^(25[0-5]|2[0-4]\d|1?\d?\d)(\.(25[0-5]|2[0-4]\d|1?\d?\d)){3}$/;
+/** An IPv4 address as four decimal numbers, without leading zeros. */
+const IPV4 = /^(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(\.(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)){3}$/;
+/** A last label that is a number, decimal or hex (how the WHATWG URL host parser spots IPv4). */
+const NUMERIC_LABEL = /(^|\.)(\d+|0x[0-9a-f]*)\.?$/i;
 
-/** Whether a host is an IP literal (IPv4, or IPv6 with or without brackets). */
+/** Whether a host is an IP literal (IPv4 as a.b.c.d, or IPv6 with or without brackets). */
 export function isIpLiteral(host: string): boolean {
-  return IPV4.test(host) || host.replace(/^\[|\]$/g, "").includes(":");
+  return IPV4.test(host) || isIpv6(host);
+}
+
+/**
+ * Whether the resolver reads a host as an IPv4 address written otherwise
+ * than a.b.c.d (`127.1`, `2130706433`, `0x7f000001`, `0177.0.0.1`): a host
+ * whose last label is a number.
+ *
+ * @example
+ * ```ts
+ * isOtherIpv4Form("2130706433"); // true: 127.0.0.1
+ * isOtherIpv4Form("127.0.0.1"); // false: an IP literal
+ * ```
+ */
+export function isOtherIpv4Form(host: string): boolean {
+  return !isIpLiteral(host) && NUMERIC_LABEL.test(host);
+}
+
+function isIpv6(host: string): boolean {
+  return host.replace(/^\[|\]$/g, "").includes(":");
+}
+
+/**
+ * Whether a normalised host is something to connect to: a name of letters,
+ * digits, hyphens, underscores and dots, or an IP address. Anything else
+ * (`/`, `#`, `?`, `\`, `@`, `*`, spaces, control characters) could be read
+ * as another host by whatever takes the name next, such as an upstream
+ * proxy that parses its CONNECT target as a URL.
+ *
+ * @example
+ * ```ts
+ * isDialable("api.github.com"); // true
+ * isDialable("evil.example/.github.com"); // false
+ * ```
+ */
+export function isDialable(host: string): boolean {
+  return isIpv6(host) ? /^[0-9a-f:.]+$/.test(host) : /^[a-z0-9_.-]+$/.test(host);
 }
 
 /** Normalises a host for comparison: lower case, no trailing dot, no brackets. */
@@ -22,6 +61,7 @@ export function domainProblem(entry: string): string | null {
   if (entry.trim() === "") return "empty entry";
   const d = normalizeDomain(entry);
   if (isIpLiteral(d)) return null;
+  if (isOtherIpv4Form(d)) return "an IP address not written as four decimal numbers (a.b.c.d)";
   if ((d.match(/\*/g) ?? []).length > 1) return "more than one wildcard";
   if (d === "*" || d === "*.*" || /^\*\.[^.]*$/.test(d)) {
     return "matches everything or a whole top-level domain";

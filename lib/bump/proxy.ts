@@ -6,7 +6,7 @@
 import { type AccessLog, type AccessLogEntry, logTime } from "./access_log.ts";
 import { MAX_HELLO, parseClientHello } from "./client_hello.ts";
 import { decide, type Decision, type DomainPolicy } from "./domain_policy.ts";
-import { normalizeDomain } from "./host_validation.ts";
+import { isDialable, normalizeDomain } from "./host_validation.ts";
 import {
   errorResponse,
   fieldTokens,
@@ -163,7 +163,7 @@ export async function handleClient(conn: ByteConn, opts: ProxyOptions): Promise<
   const [method, target = "", version = ""] = got.head.split("\r\n")[0].split(" ");
   if (method === "CONNECT") {
     const at = parseAuthority(target);
-    if (!at) {
+    if (!at || !isDialable(normalizeDomain(at.host))) {
       return await refuse(
         conn,
         errorResponse(

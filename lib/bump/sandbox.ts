@@ -1,8 +1,11 @@
 /**
- * The sandbox: COMMAND runs in its own network and mount namespaces, where
- * the only way out is a relay to the proxy's Unix socket. The host side
- * re-executes forgekit under `unshare`; the inner side ({@linkcode sandboxInit})
- * brings up loopback, applies the mounts, starts the relay and runs COMMAND.
+ * The sandbox: COMMAND runs in its own network, mount and PID namespaces,
+ * where the only way out is a relay to the proxy's Unix socket. The host
+ * side re-executes forgekit under `unshare`; the inner side
+ * ({@linkcode sandboxInit}) brings up loopback, applies the mounts, starts
+ * the relay and runs COMMAND without the capabilities that would undo any
+ * of it. When it ends, so does the namespace's init, and the kernel ends
+ * every process left in the sandbox.
  */
 import { basename, dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -26,6 +29,15 @@ export interface SandboxSpec {
   /** Run COMMAND as this user/group (from SUDO_UID/SUDO_GID). */
   uid: number | null;
   gid: number | null;
+}
+
+/**
+ * Whether a variable is one of those {@linkcode proxyVars} sets (any case).
+ * The invoking environment's values (which may hold the upstream proxy's
+ * password) never enter the sandbox: they are replaced there anyway.
+ */
+export function isProxyVar(name: string): boolean {
+  return ["http_proxy", "https_proxy", "all_proxy", "no_proxy"].includes(name.toLowerCase());
 }
 
 /** The variables that point a workload at the proxy. */
@@ -55,12 +67,15 @@ export function selfCommand(): string[] {
   return [exe];
 }
 
+/** The signals forgekit passes on to COMMAND, and cleans up after. */
+export const FORWARDED_SIGNALS = ["SIGINT", "SIGTERM", "SIGHUP"] as const;
+
 /**
- * Passes SIGINT and SIGTERM on to a child while it runs; returns the function
- * that stops doing so.
+ * Passes SIGINT, SIGTERM and SIGHUP on to a child while it runs; returns
+ * the function that stops doing so.
  */
-export function forwardSignals(child: Deno.ChildProcess): () => void {
-  const handlers = (["SIGINT", "SIGTERM"] as const).map((sig) => {
+export function forwardSignals(child: { kill(signo: Deno.Signal): void }): () => void {
+  const handlers = FORWARDED_SIGNALS.map((sig) => {
     const h = () => {
       try {
         child.kill(sig);
@@ -80,58 +95,105 @@ export function exitCodeOf(status: Deno.CommandStatus): number {
   return status.signal ? 128 + (SIGNO[status.signal] ?? 1) : status.code;
 }
 
+/** The commands the sandbox is made with, and the package each comes in. */
+const TOOLS = {
+  unshare: "util-linux",
+  ip: "iproute2",
+  setpriv: "util-linux",
+  setsid: "util-linux",
+};
+
 /**
  * Runs the spec in new namespaces and resolves to COMMAND's exit code.
- * SIGINT and SIGTERM are passed on.
+ * SIGINT, SIGTERM and SIGHUP are passed on. `listen` starts the proxy on
+ * `spec.socketPath` once the sandbox's process exists: what is open then
+ * is inherited (a node:net Unix listener is not close-on-exec), and the
+ * proxy's socket must not reach COMMAND. COMMAND starts once the proxy
+ * answers.
  */
-export async function runSandboxed(spec: SandboxSpec): Promise<number> {
+export async function runSandboxed(
+  spec: SandboxSpec,
+  listen: () => Promise<unknown>,
+): Promise<number> {
   if (Deno.build.os !== "linux") {
     throw new CliError(`The sandbox needs Linux namespaces; this is ${Deno.build.os}`, {
       hint: "use --no-sandbox (a program can then bypass the filter)",
       exitCode: 2,
     });
   }
-  if (findCommand("unshare") === null) {
-    throw new CliError("Cannot create the sandbox: the unshare command was not found", {
-      hint: "install util-linux, or use --no-sandbox",
-      exitCode: 2,
-    });
+  for (const [cmd, pkg] of Object.entries(TOOLS)) {
+    if (findCommand(cmd) === null) {
+      throw new CliError(`Cannot create the sandbox: the ${cmd} command was not found`, {
+        hint: `install ${pkg}, or use --no-sandbox`,
+        exitCode: 2,
+      });
+    }
   }
-  if (findCommand("ip") === null) {
-    throw new CliError("Cannot create the sandbox: the ip command was not found", {
-      hint: "install iproute2, or use --no-sandbox",
-      exitCode: 2,
-    });
-  }
+  const env = Object.fromEntries(Object.entries(spec.env).filter(([k]) => !isProxyVar(k)));
   const specPath = join(spec.sessionDir, "sandbox.json");
-  Deno.writeTextFileSync(specPath, JSON.stringify(spec), { mode: 0o600 });
+  Deno.writeTextFileSync(specPath, JSON.stringify({ ...spec, env }), { mode: 0o600 });
   const rootless = Deno.uid() !== 0;
   const child = new Deno.Command("unshare", {
     args: [
       ...(rootless ? ["--user", "--map-root-user"] : []),
       "--net",
       "--mount",
+      "--ipc",
+      // A PID namespace with a /proc of its own: COMMAND sees no process
+      // outside, and none of its outlives the namespace's init, a shell that
+      // reaps orphaned processes while it waits for the forgekit inside.
+      "--pid",
+      "--fork",
+      "--kill-child",
+      "--mount-proc",
       "--",
+      "sh",
+      "-c",
+      '"$@"; exit $?',
+      "sh",
       ...selfCommand(),
       "firewall",
       "--internal-sandbox",
       specPath,
     ],
+    env,
+    clearEnv: true,
     stdin: "inherit",
     stdout: "inherit",
     stderr: "inherit",
   }).spawn();
-  const stopForwarding = forwardSignals(child);
+  const isReady = () => {
+    try {
+      return Deno.statSync(join(spec.sessionDir, "sandbox-ready")).isFile;
+    } catch {
+      return false;
+    }
+  };
+  // unshare waits with SIGINT and SIGTERM blocked: signals go to the
+  // forgekit inside, which passes them on to COMMAND once it runs (it is
+  // ready); before that, the sandbox is ended.
+  let interrupted: Deno.Signal | null = null;
+  const stopForwarding = forwardSignals({
+    kill(signo) {
+      interrupted ??= signo;
+      const inside = firstChild(firstChild(child.pid));
+      if (inside !== null && isReady()) Deno.kill(inside, signo);
+      else child.kill("SIGKILL");
+    },
+  });
   let status: Deno.CommandStatus;
   try {
+    await listen().catch(async (err) => {
+      child.kill("SIGKILL");
+      await child.status;
+      throw err;
+    });
     status = await child.status;
   } finally {
     stopForwarding();
   }
-  let ready = false;
-  try {
-    ready = Deno.statSync(join(spec.sessionDir, "sandbox-ready")).isFile;
-  } catch { /* not ready */ }
+  const ready = isReady();
+  if (!ready && interrupted) return 128 + SIGNO[interrupted];
   if (!ready) {
     // Neither unshare nor the forgekit inside said why: both print their own errors above.
     let why = `it exited (status ${status.code}) before it was ready (see the error above)`;
@@ -145,6 +207,33 @@ export async function runSandboxed(spec: SandboxSpec): Promise<number> {
     });
   }
   return exitCodeOf(status);
+}
+
+/** Waits until the proxy, which forgekit starts alongside the sandbox, accepts connections. */
+async function waitForProxy(path: string, timeoutMs = 30_000): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    try {
+      (await Deno.connect({ transport: "unix", path })).close();
+      return;
+    } catch (err) {
+      if (Date.now() > end) {
+        throw new Error(`the proxy did not start listening on ${path}`, { cause: err });
+      }
+      await new Promise((r) => setTimeout(r, 10));
+    }
+  }
+}
+
+/** A process's first child (`unshare --fork` makes one, the init; the init one, forgekit). */
+function firstChild(pid: number | null): number | null {
+  if (pid === null) return null;
+  try {
+    const first = Deno.readTextFileSync(`/proc/${pid}/task/${pid}/children`).trim().split(" ")[0];
+    return first ? Number(first) : null;
+  } catch {
+    return null;
+  }
 }
 
 async function run(cmd: string, args: string[]): Promise<void> {
@@ -187,8 +276,58 @@ async function bindFile(
 }
 
 /** Covers a directory with an empty one, in this mount namespace only. */
-function hideDir(dir: string): Promise<void> {
-  return run("mount", ["-t", "tmpfs", "-o", "size=16k,mode=0700", "tmpfs", dir]);
+function hideDir(dir: string, options = "size=16k,mode=0700"): Promise<void> {
+  return run("mount", ["-t", "tmpfs", "-o", options, "tmpfs", dir]);
+}
+
+/**
+ * The capabilities COMMAND keeps when it runs as root: those over files and
+ * users, which builds and package managers use. Without the others it
+ * cannot enter other namespaces, undo the mounts, trace processes or
+ * change the network.
+ */
+const ROOT_CAPS = [
+  "chown",
+  "dac_override",
+  "fowner",
+  "fsetid",
+  "kill",
+  "net_bind_service",
+  "setgid",
+  "setuid",
+];
+
+/** Whether this process is in the host's user namespace (root there is the host's root). */
+function inHostUserNamespace(): boolean {
+  return /^\s*0\s+0\s+4294967295\s*$/.test(Deno.readTextFileSync("/proc/self/uid_map"));
+}
+
+/**
+ * Makes the kernel's settings (/proc/sys, /proc/sysrq-trigger) and /sys
+ * read-only in this mount namespace: the host's root can write them
+ * without any capability (core_pattern and the like run programs outside).
+ */
+async function readOnlyKernelFiles(): Promise<void> {
+  for (const path of ["/proc/sys", "/proc/sysrq-trigger"]) {
+    if (!exists(path)) continue; // a kernel without magic SysRq
+    await run("mount", ["--bind", path, path]);
+    await run("mount", ["-o", "remount,bind,ro", path]);
+  }
+  const mounts = Deno.readTextFileSync("/proc/self/mountinfo").split("\n")
+    .map((l) =>
+      l.split(" ")[4]?.replace(/\\([0-7]{3})/g, (_, o) => String.fromCharCode(parseInt(o, 8)))
+    )
+    .filter((m) => m === "/sys" || m?.startsWith("/sys/"));
+  for (const m of mounts) await run("mount", ["-o", "remount,bind,ro", m]);
+}
+
+function exists(path: string): boolean {
+  try {
+    Deno.statSync(path);
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 function existsDir(path: string): boolean {
@@ -221,6 +360,7 @@ export async function sandboxInit(specPath: string): Promise<number> {
     Deno.writeTextFileSync(join(spec.sessionDir, "sandbox-error"), why);
     return 125;
   };
+  const asUser = spec.uid !== null && spec.gid !== null && spec.uid !== Deno.uid();
   let relay;
   try {
     await run("ip", ["link", "set", "lo", "up"]);
@@ -237,25 +377,41 @@ export async function sandboxInit(specPath: string): Promise<number> {
         if (existsDir(d)) throw err;
       }
     }
+    // Where services listen on Unix sockets (Docker, systemd, D-Bus, a
+    // user's session): they would act for COMMAND outside the sandbox. And
+    // the host's POSIX shared memory (System V IPC is a namespace of its own).
+    for (const [d, mode] of [["/run", "0755"], ["/var/run", "0755"], ["/dev/shm", "1777"]]) {
+      if (existsDir(d) && !Deno.lstatSync(d).isSymlink) {
+        await hideDir(d, `mode=${mode},nosuid,nodev`);
+      }
+    }
+    if (!asUser && inHostUserNamespace()) await readOnlyKernelFiles();
+    await waitForProxy(spec.socketPath);
     relay = startRelay(spec.socketPath);
   } catch (err) {
     return fail((err as Error).message);
   }
   const env = { ...spec.env, ...proxyVars(relay.port), ...spec.extraEnv };
-  const asUser = spec.uid !== null && spec.gid !== null && spec.uid !== Deno.uid();
-  const [cmd, args] = asUser
-    ? ["setpriv", [
-      `--reuid=${spec.uid}`,
-      `--regid=${spec.gid}`,
-      "--clear-groups",
-      "--",
-      spec.command,
-      ...spec.args,
-    ]]
-    : [spec.command, spec.args];
+  // No capability beyond ROOT_CAPS, ever: no_new_privs makes setuid programs
+  // (sudo) and file capabilities give nothing.
+  const args = [
+    ...(asUser ? [`--reuid=${spec.uid}`, `--regid=${spec.gid}`, "--clear-groups"] : []),
+    "--inh-caps=-all",
+    `--bounding-set=-all,${ROOT_CAPS.map((c) => `+${c}`).join(",")}`,
+    "--no-new-privs",
+    "--",
+    // A session of its own: without a controlling terminal, COMMAND cannot
+    // type into the terminal forgekit runs in (TIOCSTI) for the shell to
+    // run once forgekit is done.
+    "setsid",
+    "--wait",
+    "--",
+    spec.command,
+    ...spec.args,
+  ];
   let child: Deno.ChildProcess;
   try {
-    child = new Deno.Command(cmd, {
+    child = new Deno.Command("setpriv", {
       args,
       env,
       clearEnv: true,
@@ -273,8 +429,8 @@ export async function sandboxInit(specPath: string): Promise<number> {
     );
     return 127;
   }
-  Deno.writeTextFileSync(join(spec.sessionDir, "sandbox-ready"), "");
   const stopForwarding = forwardSignals(child);
+  Deno.writeTextFileSync(join(spec.sessionDir, "sandbox-ready"), "");
   const status = await child.status;
   stopForwarding();
   relay.stop();

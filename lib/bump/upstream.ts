@@ -4,7 +4,9 @@
  * CONNECT, with the URL's user and password as Basic proxy credentials),
  * honouring NO_PROXY.
  */
+import { lookup } from "node:dns/promises";
 import { usageError } from "../cli/mod.ts";
+import { addressProblem } from "./domain_policy.ts";
 import { HEAD_TIMEOUT_MS, HeadTimeoutError, readHttpHead } from "./http_head.ts";
 
 /** The proxy settings of the invoking environment. */
@@ -90,6 +92,27 @@ export function bypassed(noProxy: string[], host: string): boolean {
 const enc = new TextEncoder();
 
 /**
+ * Connects to host:port itself. A name is resolved once, here, and every
+ * address it gives is checked ({@linkcode addressProblem}) before any is
+ * connected to, so that a name cannot lead to this machine, and the answer
+ * checked is the one used.
+ */
+async function connectDirect(host: string, port: number): Promise<Deno.Conn> {
+  const addresses = (await lookup(host, { all: true })).map((a) => a.address);
+  const refused = addresses.map((a) => addressProblem(host, a)).find((why) => why !== null);
+  if (refused) throw new Error(refused);
+  let last: unknown = new Error(`${host} has no address`);
+  for (const hostname of addresses) {
+    try {
+      return await Deno.connect({ hostname, port });
+    } catch (err) {
+      last = err;
+    }
+  }
+  throw last;
+}
+
+/**
  * Opens a TCP tunnel to host:port (for CONNECT), via the environment's
  * HTTPS_PROXY when set and not bypassed; that proxy has `timeoutMs` to
  * answer the CONNECT.
@@ -101,7 +124,7 @@ export async function dialTunnel(
   timeoutMs: number = HEAD_TIMEOUT_MS,
 ): Promise<Deno.Conn> {
   const via = env.https && !bypassed(env.noProxy, host) ? env.https : undefined;
-  if (!via) return await Deno.connect({ hostname: host, port });
+  if (!via) return await connectDirect(host, port);
   const conn = await Deno.connect({
     hostname: via.hostname.replace(/^\[|\]$/g, ""),
     port: Number(via.port || 80),
@@ -156,7 +179,7 @@ export async function dialHttp(
   const via = env.http && !bypassed(env.noProxy, host) ? env.http : undefined;
   if (!via) {
     return {
-      conn: await Deno.connect({ hostname: host, port }),
+      conn: await connectDirect(host, port),
       viaProxy: false,
       proxyAuthorization: null,
     };
