@@ -759,3 +759,46 @@ Deno.test(
     }
   },
 );
+
+Deno.test(
+  "a signal while the firewall sets up ends it before COMMAND runs, and cleans up",
+  needsNamespaces,
+  async () => {
+    assertNamespaces();
+    const marker = join(logDir, "ran");
+    for (let i = 0; i < 3; i++) {
+      const before = sessionDirs();
+      const child = spawnForgekit([
+        "firewall",
+        "--log-dir",
+        logDir,
+        "--allow-domains",
+        "allowed.example",
+        "--ssl-bump",
+        "--",
+        "sh",
+        "-c",
+        `echo ran > ${marker}`,
+      ], { env: { ...o.env, PATH: Deno.env.get("PATH")! } });
+      // The session directory exists: forgekit is setting up (the session CA is being made).
+      const end = Date.now() + 20_000;
+      while (sessionDirs().every((d) => before.includes(d)) && Date.now() < end) {
+        await new Promise((res) => setTimeout(res, 2));
+      }
+      child.kill("SIGTERM");
+      const status = await child.output();
+      assert.equal(status.code, 143, new TextDecoder().decode(status.stderr));
+      assert.equal(await exists(marker), false, "COMMAND did not run");
+      assert.deepEqual(sessionDirs(), before, "the session directory is gone");
+    }
+  },
+);
+
+async function exists(path: string): Promise<boolean> {
+  try {
+    await Deno.stat(path);
+    return true;
+  } catch {
+    return false;
+  }
+}

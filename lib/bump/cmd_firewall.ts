@@ -21,6 +21,7 @@ import {
   runSandboxed,
   sandboxInit,
   type SandboxSpec,
+  signalExitCode,
 } from "./sandbox.ts";
 import { createSession, removeStaleSessions } from "./session.ts";
 import { type BumpSession, createBumpSession } from "./ssl_bump.ts";
@@ -214,9 +215,10 @@ export async function runFirewall(argv: string[]): Promise<number> {
     await bump?.close().catch(() => {});
     session.remove();
   };
-  // Cleanup also when forgekit itself is interrupted while setting up.
-  const onSignal = () => {};
-  for (const sig of FORWARDED_SIGNALS) Deno.addSignalListener(sig, onSignal);
+  // A signal while setting up ends the run before COMMAND starts, cleaned up.
+  let interrupted: Deno.Signal | null = null;
+  const onSignals = FORWARDED_SIGNALS.map((sig) => [sig, () => interrupted ??= sig] as const);
+  for (const [sig, h] of onSignals) Deno.addSignalListener(sig, h);
   try {
     if (values["ssl-bump"]) {
       bump = await createBumpSession({
@@ -230,6 +232,7 @@ export async function runFirewall(argv: string[]): Promise<number> {
         debug,
       });
     }
+    if (interrupted) return signalExitCode(interrupted);
     const noSandbox = values["no-sandbox"] === true;
     const listen = async () => {
       listener = await listenProxy(
@@ -271,6 +274,7 @@ export async function runFirewall(argv: string[]): Promise<number> {
         ),
       );
       const port = ((await listen()).addr as Deno.NetAddr).port;
+      if (interrupted) return signalExitCode(interrupted);
       const child = new Deno.Command(command[0], {
         args: command.slice(1),
         env: { ...proxyVars(port), ...caEnv },
@@ -318,7 +322,7 @@ export async function runFirewall(argv: string[]): Promise<number> {
     await cleanup();
     await Promise.race([serving, new Promise((r) => setTimeout(r, 2000))]);
     log.close();
-    for (const sig of FORWARDED_SIGNALS) Deno.removeSignalListener(sig, onSignal);
+    for (const [sig, h] of onSignals) Deno.removeSignalListener(sig, h);
     const summary = log.blocked.summary(allow);
     if (summary && level !== "error") console.error(summary);
     info(`forgekit firewall: access log ${log.path}`);

@@ -90,9 +90,14 @@ export function forwardSignals(child: { kill(signo: Deno.Signal): void }): () =>
 /** Signal numbers for exit codes (128 + n). */
 const SIGNO: Record<string, number> = { SIGINT: 2, SIGTERM: 15, SIGKILL: 9, SIGHUP: 1 };
 
+/** The exit code for ending on a signal: 128 + its number. */
+export function signalExitCode(signal: Deno.Signal): number {
+  return 128 + (SIGNO[signal] ?? 1);
+}
+
 /** Exit code of a finished child: its code, or 128 + the signal that ended it. */
 export function exitCodeOf(status: Deno.CommandStatus): number {
-  return status.signal ? 128 + (SIGNO[status.signal] ?? 1) : status.code;
+  return status.signal ? signalExitCode(status.signal) : status.code;
 }
 
 /** The commands the sandbox is made with, and the package each comes in. */
@@ -193,7 +198,7 @@ export async function runSandboxed(
     stopForwarding();
   }
   const ready = isReady();
-  if (!ready && interrupted) return 128 + SIGNO[interrupted];
+  if (!ready && interrupted) return signalExitCode(interrupted);
   if (!ready) {
     // Neither unshare nor the forgekit inside said why: both print their own errors above.
     let why = `it exited (status ${status.code}) before it was ready (see the error above)`;
