@@ -38,6 +38,23 @@ function firewall(args: string[], command: string[], extraEnv: Record<string, st
 }
 
 const sh = (script: string) => ["sh", "-c", script];
+
+/** `forgekit firewall --ssl-bump` allowing allowed.example, running in the background. */
+function spawnBumpFirewall(command: string[]): Deno.ChildProcess {
+  return spawnForgekit(
+    [
+      "firewall",
+      "--log-dir",
+      logDir,
+      "--allow-domains",
+      "allowed.example",
+      "--ssl-bump",
+      "--",
+      ...command,
+    ],
+    { env: { ...o.env, PATH: Deno.env.get("PATH")! } },
+  );
+}
 const curl = `curl -sS -m 10 --cacert ${o.ca.certPath}`;
 
 function readLog(): Record<string, unknown>[] {
@@ -217,19 +234,7 @@ Deno.test(
     assert.equal(r.code, 7);
     for (const [signal, code] of [["SIGTERM", 143], ["SIGHUP", 129]] as const) {
       const before = sessionDirs();
-      const child = spawnForgekit([
-        "firewall",
-        "--log-dir",
-        logDir,
-        "--allow-domains",
-        "allowed.example",
-        "--ssl-bump",
-        "--",
-        "sleep",
-        "30",
-      ], {
-        env: { ...o.env, PATH: Deno.env.get("PATH")! },
-      });
+      const child = spawnBumpFirewall(["sleep", "30"]);
       // Wait until the sandbox runs COMMAND.
       const end = Date.now() + 20_000;
       let running = false;
@@ -768,18 +773,7 @@ Deno.test(
     const marker = join(logDir, "ran");
     for (let i = 0; i < 3; i++) {
       const before = sessionDirs();
-      const child = spawnForgekit([
-        "firewall",
-        "--log-dir",
-        logDir,
-        "--allow-domains",
-        "allowed.example",
-        "--ssl-bump",
-        "--",
-        "sh",
-        "-c",
-        `echo ran > ${marker}`,
-      ], { env: { ...o.env, PATH: Deno.env.get("PATH")! } });
+      const child = spawnBumpFirewall(sh(`echo ran > ${marker}`));
       // The session directory exists: forgekit is setting up (the session CA is being made).
       const end = Date.now() + 20_000;
       while (sessionDirs().every((d) => before.includes(d)) && Date.now() < end) {
