@@ -416,3 +416,71 @@ Deno.test("plain HTTP through HTTP_PROXY carries forgekit's credentials for it, 
     await up.close();
   }
 });
+
+Deno.test("a CONNECT to be bumped is prepared before its ClientHello; spliced and blocked ones are not", async () => {
+  const prepared: string[] = [];
+  const intercepted: string[] = [];
+  const dir = await Deno.makeTempDir({ prefix: "forgekit-proxytest-" });
+  const log = new AccessLog(join(dir, "access.log"));
+  const listener = await listenProxy({ hostname: "127.0.0.1", port: 0 }, true);
+  const serving = serveProxy(listener, {
+    policy: { allow: ["allowed.example"], block: [] },
+    log,
+    upstream: { noProxy: [] },
+    bump: {
+      splice: (host) => host === "pinned.allowed.example",
+      prepare: (host, port) => prepared.push(`${host}:${port}`),
+      intercept: (client, host, port) => {
+        intercepted.push(`${host}:${port}`);
+        client.close();
+        return Promise.resolve();
+      },
+    },
+  });
+  const until = async (done: () => boolean) => {
+    for (let i = 0; i < 100 && !done(); i++) await new Promise((r) => setTimeout(r, 20));
+  };
+  /** Sends a CONNECT and reads the answer's head; the connection stays open. */
+  const connect = async (target: string): Promise<[Deno.TcpConn, string]> => {
+    const conn = await Deno.connect({
+      hostname: "127.0.0.1",
+      port: (listener.addr as Deno.NetAddr).port,
+    });
+    await conn.write(enc.encode(`CONNECT ${target} HTTP/1.1\r\nHost: ${target}\r\n\r\n`));
+    let head = "";
+    const buf = new Uint8Array(4096);
+    while (!head.includes("\r\n\r\n")) {
+      const n = await conn.read(buf);
+      if (n === null) break;
+      head += dec.decode(buf.subarray(0, n));
+    }
+    return [conn, head];
+  };
+  try {
+    const [bumped, head] = await connect("Allowed.Example:443");
+    assert.match(head, /^HTTP\/1\.1 200 /);
+    // Nothing more was sent: the leaf and origin are started on the CONNECT alone.
+    await until(() => prepared.length > 0);
+    assert.deepEqual(prepared, ["allowed.example:443"]);
+    assert.deepEqual(intercepted, []);
+    const tlsConn = await Deno.startTls(bumped, { hostname: "allowed.example" });
+    await tlsConn.handshake().catch(() => {}); // the stub closes the connection
+    tlsConn.close();
+    await until(() => intercepted.length > 0);
+    assert.deepEqual(intercepted, ["allowed.example:443"]);
+
+    const [spliced, splicedHead] = await connect("pinned.allowed.example:443");
+    assert.match(splicedHead, /^HTTP\/1\.1 200 /);
+    spliced.close();
+    const [blocked, blockedHead] = await connect("other.example:443");
+    assert.match(blockedHead, /^HTTP\/1\.1 403 /);
+    blocked.close();
+    await new Promise((r) => setTimeout(r, 100));
+    assert.deepEqual(prepared, ["allowed.example:443"], "only the bumped CONNECT was prepared");
+  } finally {
+    listener.close();
+    await serving;
+    log.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});

@@ -244,6 +244,9 @@ export async function createSessionCa(options: SessionCaOptions): Promise<Sessio
     await crypto.subtle.exportKey("pkcs8", leafKeys.privateKey),
   );
   const leafKeyId = await keyId(leafKeys.publicKey);
+  // Exported once: every leaf carries the same public key (an export costs as much as a signature).
+  const leafSpki = new pkijs.PublicKeyInfo();
+  await leafSpki.importKey(leafKeys.publicKey);
 
   async function issueLeaf(rawHost: string): Promise<Leaf> {
     const host = normalizeDomain(rawHost);
@@ -283,7 +286,7 @@ export async function createSessionCa(options: SessionCaOptions): Promise<Sessio
         }),
       ),
     ];
-    await leaf.subjectPublicKeyInfo.importKey(leafKeys.publicKey);
+    leaf.subjectPublicKeyInfo = leafSpki;
     await leaf.sign(caKeys.privateKey, "SHA-256");
     return { cert: pem("CERTIFICATE", leaf.toSchema(true).toBER(false)), key: leafKeyPem };
   }

@@ -246,6 +246,7 @@ export async function runFirewall(argv: string[]): Promise<number> {
         bump: bump && {
           splice: (host) => noBump.some((d) => domainMatches(d, host)),
           intercept: (c, h, p, hello) => bump!.intercept(c, h, p, hello),
+          prepare: (h, p) => bump!.prepare(h, p),
         },
       });
       return listener;

@@ -125,10 +125,7 @@ export class Interceptor {
     this.#opts.origins.warm(ctx.host, port);
     let socket: tls.TLSSocket | undefined;
     try {
-      const secureContext = await this.#contexts.get(ctx.host, async () => {
-        const leaf = await this.#opts.leafFor(ctx.host);
-        return tls.createSecureContext({ cert: leaf.cert, key: leaf.key });
-      });
+      const secureContext = await this.#secureContext(ctx.host);
       socket = client.startTls(clientHello, { secureContext, alpn: ["h2", "http/1.1"] });
       this.#sockets.add(socket);
       const closed = new Promise<void>((resolve) => socket!.once("close", resolve));
@@ -159,6 +156,28 @@ export class Interceptor {
       }
       closeQuietly(client);
     }
+  }
+
+  /**
+   * Starts what a connection to `host:port` will need, before its
+   * ClientHello has come (called once the CONNECT is accepted): the leaf and
+   * its TLS context are made, and the origin connection opened, while the
+   * client builds and sends its ClientHello. A failure here is met again,
+   * and reported, by {@linkcode Interceptor.intercept}.
+   */
+  prepare(host: string, port: number): void {
+    if (this.#closed) return;
+    const h = host.toLowerCase();
+    this.#opts.origins.warm(h, port);
+    this.#secureContext(h).catch(() => {});
+  }
+
+  /** The TLS context presenting the leaf for `host` (made once, then cached). */
+  #secureContext(host: string): Promise<tls.SecureContext> {
+    return this.#contexts.get(host, async () => {
+      const leaf = await this.#opts.leafFor(host);
+      return tls.createSecureContext({ cert: leaf.cert, key: leaf.key });
+    });
   }
 
   /** Closes every bumped connection. */

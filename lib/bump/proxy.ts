@@ -39,6 +39,8 @@ export interface ProxyOptions {
     /** Whether a host is spliced instead of inspected (--no-bump-domains). */
     splice(host: string): boolean;
     intercept(client: ByteConn, host: string, port: number, hello: Uint8Array): Promise<void>;
+    /** Starts the leaf and origin connection of a CONNECT to be bumped, before its ClientHello. */
+    prepare(host: string, port: number): void;
   };
   /** How long a client has to send its request head (default 30 s). */
   headTimeoutMs?: number;
@@ -188,6 +190,9 @@ export async function handleClient(conn: ByteConn, opts: ProxyOptions): Promise<
       return await refuse(conn, blockResponse(host, d));
     }
     await conn.write(enc.encode("HTTP/1.1 200 Connection established\r\n\r\n"));
+    // Inspected (not spliced): its leaf and origin connection are started now.
+    const bump = opts.bump && !opts.bump.splice(host) ? opts.bump : null;
+    bump?.prepare(host, at.port);
     const hello = await readHello(conn, got.rest);
     const sni = hello.sni === null ? null : normalizeDomain(hello.sni);
     if (sni !== host) {
@@ -202,8 +207,8 @@ export async function handleClient(conn: ByteConn, opts: ProxyOptions): Promise<
       });
       return close(conn);
     }
-    if (opts.bump && !opts.bump.splice(host)) {
-      return await opts.bump.intercept(conn, host, at.port, hello.bytes);
+    if (bump) {
+      return await bump.intercept(conn, host, at.port, hello.bytes);
     }
     let upstream: Deno.Conn;
     try {

@@ -61,6 +61,11 @@ export interface BumpSession {
    * the ClientHello (`clientHello`, replayed into the TLS server). Closes it.
    */
   intercept(client: ByteConn, host: string, port: number, clientHello: Uint8Array): Promise<void>;
+  /**
+   * Starts the leaf and the origin connection for a bumped CONNECT as soon
+   * as it is accepted, so that they overlap the client's ClientHello.
+   */
+  prepare(host: string, port: number): void;
   /** Overwrites the key file with zeros and deletes it; idempotent. */
   close(): Promise<void>;
 }
@@ -128,6 +133,7 @@ export async function createBumpSession(options: BumpSessionOptions): Promise<Bu
     trustBundlePath,
     sslDir,
     intercept: (conn, host, port, hello) => interceptor.intercept(conn, host, port, hello),
+    prepare: (host, port) => interceptor.prepare(host, port),
     close() {
       closed ??= (async () => {
         await wipe(keyPath, ca.keyPem.length);

@@ -67,7 +67,11 @@ export async function startBumpFront(options: {
     policy: { allow: ["github.com"], block: [] },
     log: accessLog,
     upstream: { noProxy: [] },
-    bump: { splice: () => false, intercept: (c, h, p, hello) => bump.intercept(c, h, p, hello) },
+    bump: {
+      splice: () => false,
+      intercept: (c, h, p, hello) => bump.intercept(c, h, p, hello),
+      prepare: (h, p) => bump.prepare(h, p),
+    },
   });
   return {
     proxyUrl: `http://127.0.0.1:${(listener.addr as Deno.NetAddr).port}`,
