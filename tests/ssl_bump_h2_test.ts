@@ -14,6 +14,7 @@ import {
   header,
   request,
   runH2,
+  runH2Load,
   stream,
 } from "./support/h2_client.ts";
 
@@ -29,6 +30,7 @@ const REFUSED_STREAM = 0x7;
 const ENHANCE_YOUR_CALM = 0xb;
 
 const BIG = new Uint8Array(4 << 20).map((_, i) => (i * 131 + (i >> 12)) & 0xff);
+const KIB64 = BIG.subarray(0, 64 * 1024);
 
 /** How each /allowed/hang request ended at the origin. */
 const hangs: string[] = [];
@@ -41,6 +43,7 @@ async function originHandler(req: Request): Promise<Response> {
     return Response.json({ length: body.byteLength, sha256: await sha256(body) });
   }
   if (path === "/allowed/big") return new Response(BIG);
+  if (path === "/allowed/64k") return new Response(KIB64);
   if (path === "/allowed/slow") {
     await new Promise((resolve) => setTimeout(resolve, 400));
     return new Response("slow\n");
@@ -565,3 +568,21 @@ h2Test("h2: obs-text bytes in field values pass through unchanged both ways", as
   assert.equal(s.body, "63 61 66 e9 20 80 ff\n");
   assert.equal(header(s, "x-echo"), value);
 });
+
+h2Test(
+  "h2: a busy client that reads everything and sends PINGs is not taken for a flood",
+  async (f) => {
+    // 100 streams of 64 KiB queued at once, a PING after every 5 responses, and a new
+    // stream as soon as one ends: none of it is a client that does not read.
+    const r = await runH2Load(f, {
+      path: "/allowed/64k",
+      total: 1500,
+      inflight: 100,
+      ping_every: 5,
+    });
+    assert.deepEqual(
+      { done: r.done, statuses: r.statuses, resets: r.resets, goaway: r.goaway, error: r.error },
+      { done: 1500, statuses: { "200": 1500 }, resets: {}, goaway: null, error: null },
+    );
+  },
+);

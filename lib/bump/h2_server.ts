@@ -54,7 +54,11 @@ const MAX_HEADER_LIST = 64 * 1024;
 const MAX_HEADER_BLOCK = 128 * 1024;
 /** Streams the client may reset before the ratio to streams opened is checked. */
 const RESET_ALLOWANCE = 100;
-/** Unsent bytes queued on the socket past which control answers count as a flood. */
+/**
+ * Control answers (PING and SETTINGS acknowledgements, RST_STREAM,
+ * WINDOW_UPDATE) still in the socket's buffer past which the client counts
+ * as flooding: it sends control frames without reading the answers.
+ */
 const FLOOD_BYTES = 1024 * 1024;
 
 /** An HPACK dynamic table size update to 0. */
@@ -117,6 +121,8 @@ class H2Connection {
   #windowWaiters = new Set<() => void>();
   /** Control frames answered while reading one chunk, written together. */
   #pending: Uint8Array[] = [];
+  /** Bytes of control frames written but not yet sent (response DATA does not count). */
+  #controlUnsent = 0;
   #goingAway = false;
   #idleSince: number | null = performance.now();
 
@@ -257,9 +263,13 @@ class H2Connection {
     }
   }
 
-  /** Queues a control answer; a client that does not read them is flooding. */
+  /**
+   * Queues a control answer; a client whose earlier answers are still unsent
+   * (it does not read) is flooding. Response bodies queued for a client that
+   * reads are not held against it.
+   */
   #control(bytes: Uint8Array): void {
-    if (this.#io.socket.writableLength > FLOOD_BYTES) {
+    if (this.#controlUnsent > FLOOD_BYTES) {
       throw new H2ConnectionError(ErrorCode.ENHANCE_YOUR_CALM, "control frames not read");
     }
     this.#pending.push(bytes);
@@ -269,7 +279,20 @@ class H2Connection {
     if (this.#pending.length === 0 || this.#io.closed) return;
     const out = concat(this.#pending);
     this.#pending = [];
-    this.#io.write(out).catch(() => {});
+    this.#controlUnsent += out.byteLength;
+    this.#io.write(out, () => this.#controlUnsent -= out.byteLength).catch(() => {});
+  }
+
+  /**
+   * Writes a stream's frames. Once both sides have ended the stream (this
+   * write carries our END_STREAM), it no longer counts against the
+   * concurrency limit: the client sees it closed and may open another while
+   * these bytes are still queued.
+   */
+  async #send(stream: Stream, bytes: Uint8Array): Promise<void> {
+    const sending = this.#io.write(bytes);
+    if (stream.localClosed && stream.remoteClosed) this.#close(stream);
+    await sending;
   }
 
   /** Strips padding (RFC 9113 §6.1); the payload without it. */
@@ -669,7 +692,7 @@ class H2Connection {
   ) {
     if (stream.reset) throw new Error(`stream ${stream.id} was reset`);
     if (endStream) stream.localClosed = true;
-    await this.#io.write(this.#headFrames(stream, status, headers, endStream));
+    await this.#send(stream, this.#headFrames(stream, status, headers, endStream));
   }
 
   /** Writes a reply: HEADERS, then the body as DATA within the flow-control windows. */
@@ -765,7 +788,7 @@ class H2Connection {
       }
       stream.sendWindow -= n;
       this.#connSendWindow -= n;
-      await this.#io.write(out);
+      await this.#send(stream, out);
     }
   }
 

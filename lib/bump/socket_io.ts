@@ -138,11 +138,12 @@ export class SocketIo {
 
   /**
    * Writes bytes, waiting while the socket's buffer is full. The socket
-   * keeps a reference: the bytes must not be changed afterwards.
+   * keeps a reference: the bytes must not be changed afterwards. `onSent`
+   * is called once these bytes have left the socket's buffer (or failed to).
    */
-  async write(bytes: Uint8Array): Promise<void> {
+  async write(bytes: Uint8Array, onSent?: () => void): Promise<void> {
     if (this.closed) throw new Error("the client connection is closed");
-    if (this.socket.write(bytes)) return;
+    if (this.socket.write(bytes, onSent)) return;
     await new Promise<void>((resolve, reject) => {
       const done = () => {
         this.socket.off("drain", done);

@@ -136,3 +136,44 @@ export function stream(r: H2Result, id: number): H2StreamResult {
 export function header(s: H2StreamResult, name: string): string | undefined {
   return s.headers?.find(([k]) => k === name)?.[1];
 }
+
+const LOAD_SCRIPT = fileURLToPath(new URL("./h2_load.py", import.meta.url));
+
+/** What {@linkcode runH2Load} saw. */
+export interface H2LoadResult {
+  done: number;
+  statuses: Record<string, number>;
+  resets: Record<string, number>;
+  goaway: { code: number; debug: string } | null;
+  error: string | null;
+}
+
+/**
+ * Runs `support/h2_load.py`: one connection keeping `inflight` GETs of
+ * `path` open until `total` have ended, reading everything and sending a
+ * PING after every `ping_every` responses.
+ */
+export async function runH2Load(
+  f: BumpFront,
+  load: { path: string; total: number; inflight: number; ping_every?: number; host?: string },
+): Promise<H2LoadResult> {
+  const child = new Deno.Command(H2_PYTHON, {
+    args: [LOAD_SCRIPT],
+    stdin: "piped",
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  const w = child.stdin.getWriter();
+  await w.write(new TextEncoder().encode(JSON.stringify({
+    proxy: new URL(f.proxyUrl).host,
+    ca: f.caCertPath,
+    ...load,
+  })));
+  await w.close();
+  const out = await child.output();
+  const text = dec.decode(out.stdout);
+  if (!out.success || !text.trim()) {
+    throw new Error(`h2_load.py exited ${out.code}: ${dec.decode(out.stderr)}${text}`);
+  }
+  return JSON.parse(text) as H2LoadResult;
+}
