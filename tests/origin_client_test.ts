@@ -216,3 +216,113 @@ Deno.test("a connection idle longer than idleMs is not reused", async () => {
     await o.close();
   }
 });
+
+/**
+ * TLS origins that answer every request "ok" (reading a request body of its
+ * Content-Length first) and, like Apache or Node, close a kept-alive
+ * connection that stays idle for `idleCloseMs`.
+ */
+async function closingOrigins(count: number, idleCloseMs: number) {
+  const ca = await makeTestCa("origin pool test CA");
+  const leaf = await ca.issue(["127.0.0.1"]);
+  const origins = Array.from({ length: count }, () => {
+    const listener = Deno.listenTls({ hostname: "127.0.0.1", port: 0, ...leaf });
+    const o = { port: listener.addr.port, accepted: 0, listener, serving: Promise.resolve() };
+    o.serving = (async () => {
+      for await (const conn of listener) {
+        o.accepted++;
+        (async () => {
+          const buf = new Uint8Array(65536);
+          let pending = "";
+          let timer = setTimeout(() => conn.close(), idleCloseMs);
+          for (;;) {
+            const n = await conn.read(buf);
+            if (n === null) break;
+            clearTimeout(timer);
+            pending += dec.decode(buf.subarray(0, n));
+            let end: number;
+            while ((end = pending.indexOf("\r\n\r\n")) !== -1) {
+              const length = Number(/content-length: (\d+)/i.exec(pending.slice(0, end))?.[1] ?? 0);
+              if (pending.length < end + 4 + length) break;
+              pending = pending.slice(end + 4 + length);
+              await conn.write(enc.encode("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"));
+            }
+            timer = setTimeout(() => conn.close(), idleCloseMs);
+          }
+          clearTimeout(timer);
+          conn.close();
+        })().catch(() => {});
+      }
+    })().catch(() => {});
+    return o;
+  });
+  return { ca, origins };
+}
+
+async function send(client: OriginClient, port: number, body: string | null = null) {
+  const res = await client.request({
+    host: "127.0.0.1",
+    port,
+    method: body === null ? "GET" : "POST",
+    target: "/",
+    headers: body === null ? [] : [["content-length", String(body.length)]],
+    body: body === null ? null : new Response(body).body,
+  });
+  const text = res.body instanceof Uint8Array ? dec.decode(res.body) : String(res.body);
+  return `${res.status} ${text}`;
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+Deno.test("an idle connection the origin closes leaves the pool at once: a POST after it is not lost", async () => {
+  const { ca, origins: [o] } = await closingOrigins(1, 150);
+  const client = new OriginClient({ caCerts: [ca.cert], upstream: { noProxy: [] } });
+  try {
+    assert.equal(await send(client, o.port), "200 ok");
+    await sleep(400); // the origin has closed the pooled connection
+    // A request with a body is never retried, so it must not be sent on the dead connection.
+    assert.equal(await send(client, o.port, "a body"), "200 ok");
+    assert.equal(o.accepted, 2);
+  } finally {
+    client.close();
+    o.listener.close();
+    await o.serving;
+  }
+});
+
+Deno.test("a warmed connection the origin closed before any request is not used", async () => {
+  const { ca, origins: [o] } = await closingOrigins(1, 150);
+  const client = new OriginClient({ caCerts: [ca.cert], upstream: { noProxy: [] } });
+  try {
+    client.warm("127.0.0.1", o.port); // a CONNECT whose client then sent nothing
+    await sleep(400);
+    assert.equal(o.accepted, 1);
+    assert.equal(await send(client, o.port), "200 ok");
+    assert.equal(o.accepted, 2);
+  } finally {
+    client.close();
+    o.listener.close();
+    await o.serving;
+  }
+});
+
+Deno.test("idle connections are bounded in all: the least recently used origin's goes first", async () => {
+  const { ca, origins } = await closingOrigins(3, 60_000);
+  const client = new OriginClient({
+    caCerts: [ca.cert],
+    upstream: { noProxy: [] },
+    maxIdleTotal: 2,
+  });
+  try {
+    for (const o of origins) assert.equal(await send(client, o.port), "200 ok");
+    // Three idle connections, two kept: the first origin's was closed.
+    for (const o of [origins[2], origins[1], origins[0]]) {
+      assert.equal(await send(client, o.port), "200 ok");
+    }
+    assert.deepEqual(origins.map((o) => o.accepted), [2, 1, 1]);
+  } finally {
+    client.close();
+    for (const o of origins) o.listener.close();
+    await Promise.all(origins.map((o) => o.serving));
+  }
+});

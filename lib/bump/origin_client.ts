@@ -89,6 +89,8 @@ export interface OriginClientOptions {
   upstream: UpstreamProxyEnv;
   /** Idle connections kept per origin. */
   maxIdle?: number;
+  /** Idle connections kept in all (the least recently used beyond it are closed). */
+  maxIdleTotal?: number;
   /** An idle connection is closed after this long. */
   idleMs?: number;
 }
@@ -109,12 +111,37 @@ class OriginConn {
   buf = new Uint8Array(READ_SIZE);
   start = 0;
   end = 0;
-  /** Requests sent on this connection so far. */
-  uses = 0;
   /** When it was last put back in the pool (performance.now()). */
   idleSince = 0;
+  /** A read started while idle: the next response's first bytes, or the origin's close. */
+  #pending: Promise<number | null> | null = null;
+  #watching = false;
 
   constructor(readonly conn: Deno.TlsConn, readonly key: string) {}
+
+  /**
+   * While the connection is idle in the pool, a read is kept waiting on it,
+   * so that an origin closing it (or sending anything unasked) is seen at
+   * once and `gone` is called, instead of the next request finding out.
+   */
+  watch(gone: () => void): void {
+    this.#watching = true;
+    let pending = this.#pending;
+    if (pending === null) {
+      this.start = this.end = 0;
+      pending = this.#pending = this.conn.read(this.buf);
+    }
+    pending.then(() => {}, () => {}).then(() => {
+      if (!this.#watching || this.#pending !== pending) return;
+      this.#watching = false;
+      gone();
+    });
+  }
+
+  /** Taken out of the pool for a request: the waiting read becomes the response's first. */
+  unwatch(): void {
+    this.#watching = false;
+  }
 
   get buffered(): number {
     return this.end - this.start;
@@ -122,6 +149,15 @@ class OriginConn {
 
   /** Reads more bytes into the buffer; false at the end of the connection. */
   async fill(): Promise<boolean> {
+    const pending = this.#pending;
+    if (pending !== null) {
+      // Started by watch() into the whole, empty buffer.
+      this.#pending = null;
+      const n = await pending;
+      if (n === null) return false;
+      this.end += n;
+      return true;
+    }
     if (this.start === this.end) this.start = this.end = 0;
     if (this.end === this.buf.length) {
       if (this.start > 0) {
@@ -170,6 +206,7 @@ class OriginConn {
   }
 
   close(): void {
+    this.#watching = false;
     try {
       this.conn.close();
     } catch {
@@ -245,6 +282,8 @@ function closes(headers: [string, string][]): boolean {
 export class OriginClient {
   #opts: OriginClientOptions;
   #idle = new Map<string, OriginConn[]>();
+  /** Every idle connection, least recently released first. */
+  #idleOrder = new Set<OriginConn>();
   #warming = new Map<string, Promise<OriginConn | null>>();
   #sweeper: ReturnType<typeof setInterval> | undefined;
   #closed = false;
@@ -294,7 +333,7 @@ export class OriginClient {
       const cancel = () => oc.close();
       signal?.addEventListener("abort", cancel);
       try {
-        return await this.#exchange(oc, req);
+        return await this.#exchange(oc, req, pooled !== undefined);
       } catch (err) {
         oc.close();
         // A malformed body is the reason even when its stream was reset for it.
@@ -316,6 +355,7 @@ export class OriginClient {
     this.#warming.clear();
     for (const list of this.#idle.values()) for (const oc of list) oc.close();
     this.#idle.clear();
+    this.#idleOrder.clear();
   }
 
   async #takeWarming(key: string): Promise<OriginConn | undefined> {
@@ -329,10 +369,26 @@ export class OriginClient {
     const list = this.#idle.get(key);
     const limit = performance.now() - (this.#opts.idleMs ?? 30_000);
     for (let oc = list?.pop(); oc !== undefined; oc = list!.pop()) {
-      if (oc.idleSince >= limit) return oc;
+      this.#idleOrder.delete(oc);
+      if (list!.length === 0) this.#idle.delete(key);
+      if (oc.idleSince >= limit) {
+        oc.unwatch();
+        return oc;
+      }
       oc.close(); // idle too long: the origin may close it any moment
     }
     return undefined;
+  }
+
+  /** Takes a connection out of the idle pool and closes it. */
+  #drop(oc: OriginConn): void {
+    oc.close();
+    this.#idleOrder.delete(oc);
+    const list = this.#idle.get(oc.key);
+    const at = list?.indexOf(oc) ?? -1;
+    if (at === -1) return;
+    list!.splice(at, 1);
+    if (list!.length === 0) this.#idle.delete(oc.key);
   }
 
   #release(oc: OriginConn): void {
@@ -342,6 +398,12 @@ export class OriginClient {
     if (list.length >= (this.#opts.maxIdle ?? 32)) return oc.close();
     oc.idleSince = performance.now();
     list.push(oc);
+    this.#idleOrder.add(oc);
+    oc.watch(() => this.#drop(oc));
+    // Bounded in all, whatever the number of origins: the least recently used go first.
+    if (this.#idleOrder.size > (this.#opts.maxIdleTotal ?? 256)) {
+      this.#drop(this.#idleOrder.values().next().value!);
+    }
     // One sweep timer per client, not one timer per request.
     if (this.#sweeper === undefined) {
       const every = (this.#opts.idleMs ?? 30_000) / 2;
@@ -354,7 +416,9 @@ export class OriginClient {
   #sweep(): void {
     const limit = performance.now() - (this.#opts.idleMs ?? 30_000);
     for (const [key, list] of this.#idle) {
-      const keep = list.filter((oc) => oc.idleSince >= limit || (oc.close(), false));
+      const keep = list.filter((oc) =>
+        oc.idleSince >= limit || (oc.close(), this.#idleOrder.delete(oc), false)
+      );
       if (keep.length === 0) this.#idle.delete(key);
       else this.#idle.set(key, keep);
     }
@@ -381,8 +445,8 @@ export class OriginClient {
     }
   }
 
-  async #exchange(oc: OriginConn, req: OriginRequest): Promise<OriginResponse> {
-    const reused = oc.uses++ > 0;
+  /** `reused`: the connection came from the pool (the origin may have closed it since). */
+  async #exchange(oc: OriginConn, req: OriginRequest, reused: boolean): Promise<OriginResponse> {
     const authority = req.port === 443 ? req.host : `${req.host}:${req.port}`;
     let head = `${req.method} ${req.target} HTTP/1.1\r\nhost: ${authority}\r\n`;
     if (req.upgrade !== undefined) head += `connection: upgrade\r\nupgrade: ${req.upgrade}\r\n`;
