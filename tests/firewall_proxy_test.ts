@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { AccessLog } from "../lib/bump/access_log.ts";
 import { listenProxy } from "../lib/bump/node_conn.ts";
 import { MAX_HEAD } from "../lib/bump/http_head.ts";
-import { serveProxy } from "../lib/bump/proxy.ts";
+import { serveProxy, splice } from "../lib/bump/proxy.ts";
 import { dialTunnel, proxyEnv } from "../lib/bump/upstream.ts";
 import { startOrigins } from "./support/origin.ts";
 import { concat } from "../lib/bump/conn_io.ts";
@@ -482,5 +482,44 @@ Deno.test("a CONNECT to be bumped is prepared before its ClientHello; spliced an
     await serving;
     log.close();
     await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("a spliced tunnel whose client has left and whose server stays silent is closed after the linger", async () => {
+  // A server that accepts and never answers nor closes (a hung backend).
+  const server = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const front = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const held: Deno.Conn[] = [];
+  try {
+    const accepted = front.accept();
+    const client = await Deno.connect({ hostname: "127.0.0.1", port: front.addr.port });
+    const proxySide = await accepted;
+    const upstream = await Deno.connect({ hostname: "127.0.0.1", port: server.addr.port });
+    const backend = await server.accept();
+    held.push(client, backend);
+    const spliced = splice(proxySide, upstream, 300);
+    await client.write(new TextEncoder().encode("GET /slow HTTP/1.1\r\n\r\n"));
+    client.close(); // the client gives up
+    const t0 = performance.now();
+    const result = await Promise.race([
+      spliced,
+      new Promise<"hung">((r) => setTimeout(() => r("hung"), 5000)),
+    ]);
+    assert.notEqual(result, "hung", "the half-closed tunnel was never closed");
+    assert.ok(performance.now() - t0 >= 250, "closed no sooner than the linger");
+    // The backend sees its connection end (not left in FIN-WAIT for ever).
+    const buf = new Uint8Array(1024);
+    let n: number | null = 0;
+    while (n !== null) n = await backend.read(buf).catch(() => null);
+  } finally {
+    for (const c of held) {
+      try {
+        c.close();
+      } catch {
+        // closed
+      }
+    }
+    server.close();
+    front.close();
   }
 });

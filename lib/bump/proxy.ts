@@ -61,17 +61,48 @@ function blockResponse(host: string, d: Decision): Uint8Array {
   return errorResponse(403, "Forbidden", body, `blocked-by-${d.reason}`);
 }
 
-/** Splices two connections both ways; returns the bytes each way. */
+/**
+ * How long a half-closed tunnel (one side has ended) may pass no bytes the
+ * other way before both connections are closed: a client that gave up on
+ * a server that never answers must not hold two sockets for ever.
+ */
+export const HALF_CLOSED_LINGER_MS = 60_000;
+
+/**
+ * Splices two connections both ways until both directions have ended, or
+ * one has and the other stays silent for `lingerMs`; returns the bytes each
+ * way.
+ */
 export async function splice(
   client: ByteConn,
   upstream: ByteConn,
+  lingerMs = HALF_CLOSED_LINGER_MS,
 ): Promise<{ out: number; in: number }> {
   let out = 0;
   let inn = 0;
-  await Promise.all([
-    pump(client, upstream, (n) => out += n),
-    pump(upstream, client, (n) => inn += n),
-  ]);
+  let last = performance.now();
+  let watch: ReturnType<typeof setInterval> | undefined;
+  const halfClosed = () => {
+    watch ??= setInterval(() => {
+      if (performance.now() - last < lingerMs) return;
+      close(client);
+      close(upstream);
+    }, Math.min(lingerMs, 1000));
+  };
+  try {
+    await Promise.all([
+      pump(client, upstream, (n) => {
+        out += n;
+        last = performance.now();
+      }).then(halfClosed),
+      pump(upstream, client, (n) => {
+        inn += n;
+        last = performance.now();
+      }).then(halfClosed),
+    ]);
+  } finally {
+    clearInterval(watch);
+  }
   close(client);
   close(upstream);
   return { out, in: inn };
