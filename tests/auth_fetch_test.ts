@@ -878,6 +878,158 @@ Deno.test("an auth file that is a directory is one clear line and exit 2", opts,
   );
 });
 
+Deno.test(
+  "-X HEAD on a release download sends HEAD to the asset and storage; the metadata lookup stays GET",
+  opts,
+  async () => {
+    const file = await authFile([{
+      hosts: ["ghe.corp.example"],
+      provider: "codehost",
+      auth: "bearer",
+      token: "ghe-token",
+    }]);
+    const before = o.hits.length;
+    const r = await fk([
+      "fetch",
+      "-X",
+      "HEAD",
+      "https://ghe.corp.example/org/tool/releases/download/v1/tool.bin",
+    ], file);
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(r.stdout, "");
+    assert.deepEqual(o.hits.slice(before).map((h) => `${h.method} ${h.host}${h.path}`), [
+      "GET ghe.corp.example/api/v3/repos/org/tool/releases/tags/v1",
+      "HEAD ghe.corp.example/api/v3/repos/org/tool/releases/assets/42",
+      "HEAD objects.storage.example/blob?sig=abc",
+    ]);
+  },
+);
+
+Deno.test(
+  "auth explain lists no entries where fetch would use none, and says why",
+  opts,
+  async () => {
+    const file = await authFile([{
+      hosts: ["ghe.corp.example"],
+      provider: "codehost",
+      auth: "bearer",
+      token: "ghe-token-1234",
+    }]);
+    const cases: [string, string, string][] = [
+      [
+        "http://ghe.corp.example/echo",
+        "plain http:// to ghe.corp.example (not loopback)",
+        "unauthenticated",
+      ],
+      [
+        "https://me:pw@ghe.corp.example/echo",
+        "the URL carries its own user name or password",
+        "the URL's own user and password",
+      ],
+      ["ftp://ghe.corp.example/echo", "ftp: is neither https: nor http:", "unauthenticated"],
+    ];
+    for (const [url, why, then] of cases) {
+      const r = await fk(["auth", "explain", url], file);
+      assert.equal(r.code, 0, r.stderr);
+      assert.equal(r.stdout, `auth.json's entries are not used: ${why}\n1. ${then}\n`, url);
+      const j = JSON.parse((await fk(["auth", "explain", "--json", url], file)).stdout);
+      assert.deepEqual([j.not_used, j.attempts, j.then], [why, [], then], url);
+    }
+    // fetch agrees: no token over plain http, none beside the URL's own password.
+    assert.equal((await fk(["fetch", cases[0][0]], file)).stdout, "auth=none\n");
+    assert.equal((await fk(["fetch", cases[1][0]], file)).stdout, `auth=Basic ${b64("me:pw")}\n`);
+    const usable = JSON.parse(
+      (await fk(["auth", "explain", "--json", "https://ghe.corp.example/echo"], file)).stdout,
+    );
+    assert.deepEqual([usable.not_used, usable.attempts.length], [null, 1]);
+  },
+);
+
+Deno.test(
+  "an auth.json host may be an IPv6 address in any spelling; fe80:: is never the host fe80",
+  opts,
+  async () => {
+    let server: Deno.HttpServer<Deno.NetAddr>;
+    try {
+      server = Deno.serve(
+        { hostname: "::1", port: 0, onListen() {} },
+        (req) => new Response(`auth=${req.headers.get("authorization") ?? "none"}\n`),
+      );
+    } catch (err) {
+      console.log(`skipped: no IPv6 loopback address here (${err})`);
+      return;
+    }
+    try {
+      for (const host of ["::1", "[::1]", "0:0:0:0:0:0:0:1"]) {
+        const file = await authFile([{
+          hosts: [host],
+          provider: "codehost",
+          auth: "bearer",
+          token: "v6-token",
+        }]);
+        // Straight to the loopback server, not through the test proxy.
+        const r = await runForgekit(["fetch", `http://[::1]:${server.addr.port}/`], {
+          env: { FORGEKIT_AUTH_FILE: file },
+        });
+        assert.equal(r.code, 0, `${host}: ${r.stderr}`);
+        assert.equal(r.stdout, "auth=Bearer v6-token\n", host);
+      }
+      const fe80 = await authFile([{
+        hosts: ["fe80::"],
+        provider: "codehost",
+        auth: "bearer",
+        token: "fe80-token",
+      }]);
+      const r = await fk(["auth", "explain", "--json", "https://fe80/"], fe80);
+      assert.equal(r.code, 0, r.stderr);
+      assert.deepEqual(JSON.parse(r.stdout).attempts, []);
+    } finally {
+      await server.shutdown();
+    }
+  },
+);
+
+Deno.test(
+  "auth.json must be a regular file or a pipe of at most 4 MiB; a pipe gets no permission warning",
+  opts,
+  async () => {
+    const big = join(dir, "big.json");
+    await Deno.writeTextFile(
+      big,
+      JSON.stringify({ providers: [GH], "//": "x".repeat(5 * 1024 * 1024) }),
+      { mode: 0o600 },
+    );
+    const cases: [string, RegExp][] = [
+      ["/dev/zero", /^error: Cannot read \/dev\/zero: it is not a regular file or a pipe \(/],
+      [big, /^error: Cannot read .*big\.json: it is larger than 4 MiB \(/],
+    ];
+    for (const [path, want] of cases) {
+      const r = await runForgekit(["fetch", "--auth-file", path, "https://api.github.com/echo"], {
+        env: o.env,
+        timeoutMs: 20_000,
+      });
+      assert.equal(r.code, 2, `${path}: ${r.stderr.slice(0, 200)}`);
+      assert.match(r.stderr, want);
+      assert.equal(r.stderr.trimEnd().split("\n").length, 1);
+    }
+    // A pipe, as --auth-file <(command) gives: read once, and its mode means nothing.
+    const fifo = join(dir, "auth.fifo");
+    assert.equal(
+      (await new Deno.Command("mkfifo", { args: ["-m", "644", fifo] }).output()).code,
+      0,
+    );
+    const [r] = await Promise.all([
+      fk(["fetch", "--auth-file", fifo, "https://api.github.com/echo"], null, {
+        GH_TOKEN: "t-pipe",
+      }),
+      Deno.writeTextFile(fifo, JSON.stringify({ providers: [GH] })),
+    ]);
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(r.stdout, "auth=Bearer t-pipe\n");
+    assert.equal(r.stderr, "");
+  },
+);
+
 Deno.test("teardown: auth test origins", opts, async () => {
   await o.close();
   await Deno.remove(dir, { recursive: true });

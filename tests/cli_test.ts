@@ -1,5 +1,7 @@
 import assert from "node:assert/strict";
-import { runForgekit } from "./support/cli.ts";
+import { join } from "node:path";
+import { runForgekit, spawnForgekit } from "./support/cli.ts";
+import { startRawServer } from "./support/raw_server.ts";
 import denoJson from "../deno.json" with { type: "json" };
 
 Deno.test("forgekit --version prints the version from deno.json", async () => {
@@ -89,6 +91,10 @@ Deno.test("bad arguments get one line on stderr and exit 2, before anything runs
       /^error: -o .*: the directory .* does not exist/,
     ],
     [["fetch", "-o", `${file}/out`, nowhere], /^error: -o .*: .* is not a directory/],
+    [["fetch", "-o", `${dir}/nodir/`, nowhere], /^error: -o .*\/nodir\/ names a directory/],
+    [["fetch", "-m", "0", nowhere], /^error: --max-time must be a number of seconds from 0\.001/],
+    [["fetch", "--max-time", "soon", nowhere], /^error: --max-time must be a number of seconds/],
+    [["fetch", "--idle-timeout", "5m", nowhere], /^error: --idle-timeout must be a number/],
     // auth
     [["auth", "doctor", "extra"], /^error: Unexpected argument: extra/],
     [["auth", "doctor"], /^error: No auth file at ~\/\.forgekit\/auth\.json: every request is /],
@@ -331,6 +337,282 @@ Deno.test("firewall refuses an HTTPS_PROXY that is not an HTTP proxy, at start a
     assert.doesNotMatch(r.stderr, /SECRETSECRET/);
     assert.equal(await exists(`${dir}/logs`), false, "nothing was started");
   } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+/** A loopback server counting its requests; `/slow` streams a chunk every 50 ms, forever. */
+function startCountingServer() {
+  const seen: string[] = [];
+  const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, (req) => {
+    const path = new URL(req.url).pathname;
+    seen.push(`${req.method} ${path}`);
+    if (path === "/slow") {
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      return new Response(
+        new ReadableStream({
+          pull: (c) =>
+            new Promise((done) => {
+              timer = setTimeout(() => done(c.enqueue(new Uint8Array(100).fill(120))), 50);
+            }),
+          cancel: () => clearTimeout(timer),
+        }),
+      );
+    }
+    return new Response(`body of ${path}\n`);
+  });
+  return { seen, base: `http://127.0.0.1:${server.addr.port}`, close: () => server.shutdown() };
+}
+
+async function listDir(dir: string): Promise<string[]> {
+  const names = [];
+  for await (const e of Deno.readDir(dir)) names.push(e.name);
+  return names.sort();
+}
+
+Deno.test("fetch -o keeps an existing file's mode and writes through links, FIFOs and devices", async () => {
+  const srv = startCountingServer();
+  const dir = await Deno.makeTempDir({ prefix: "forgekit-cli-" });
+  try {
+    const url = `${srv.base}/new`;
+    // An existing owner-only file stays owner-only.
+    const kept = join(dir, "kept.txt");
+    await Deno.writeTextFile(kept, "old\n", { mode: 0o600 });
+    await Deno.chmod(kept, 0o600);
+    let r = await runForgekit(["fetch", url, "-o", kept]);
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(await Deno.readTextFile(kept), "body of /new\n");
+    assert.equal((await Deno.stat(kept)).mode! & 0o777, 0o600);
+
+    // A symbolic link: the file it names is replaced, the link stays a link.
+    await Deno.mkdir(join(dir, "real"));
+    await Deno.writeTextFile(join(dir, "real", "target.txt"), "old\n");
+    await Deno.symlink("real/target.txt", join(dir, "link.txt"));
+    r = await runForgekit(["fetch", url, "-o", join(dir, "link.txt")]);
+    assert.equal(r.code, 0, r.stderr);
+    assert.ok((await Deno.lstat(join(dir, "link.txt"))).isSymlink);
+    assert.equal(await Deno.readTextFile(join(dir, "real", "target.txt")), "body of /new\n");
+
+    // A dangling link: the file it names is created.
+    await Deno.symlink("real/missing.txt", join(dir, "dangling.txt"));
+    r = await runForgekit(["fetch", url, "-o", join(dir, "dangling.txt")]);
+    assert.equal(r.code, 0, r.stderr);
+    assert.ok((await Deno.lstat(join(dir, "dangling.txt"))).isSymlink);
+    assert.equal(await Deno.readTextFile(join(dir, "real", "missing.txt")), "body of /new\n");
+
+    // A link to a device: written through; /dev/null stays a device and the link a link.
+    await Deno.symlink("/dev/null", join(dir, "null"));
+    r = await runForgekit(["fetch", url, "-o", join(dir, "null")]);
+    assert.equal(r.code, 0, r.stderr);
+    assert.ok((await Deno.lstat(join(dir, "null"))).isSymlink);
+    assert.ok((await Deno.stat("/dev/null")).isCharDevice, "/dev/null is still a device");
+
+    // A FIFO: its reader gets the body, and it stays a FIFO.
+    const fifo = join(dir, "fifo");
+    assert.equal((await new Deno.Command("mkfifo", { args: [fifo] }).output()).code, 0);
+    const reading = Deno.readTextFile(fifo);
+    r = await runForgekit(["fetch", url, "-o", fifo]);
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(await reading, "body of /new\n");
+    assert.ok((await Deno.lstat(fifo)).isFifo);
+
+    assert.deepEqual(
+      (await listDir(dir)).filter((n) => n.endsWith(".tmp")),
+      [],
+      "no temporary file is left",
+    );
+  } finally {
+    await srv.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("fetch -o that cannot be written is refused before anything is sent", async () => {
+  const srv = startCountingServer();
+  const dir = await Deno.makeTempDir({ prefix: "forgekit-cli-" });
+  try {
+    // /proc takes no new files, not even from root.
+    const cases: [string, RegExp][] = [
+      [join(dir, "nodir/"), /^error: -o .* names a directory/],
+      ["/proc/forgekit-out.json", /^error: Cannot write \/proc\/forgekit-out\.json: /],
+    ];
+    for (const [out, want] of cases) {
+      const r = await runForgekit([
+        "fetch",
+        "-X",
+        "POST",
+        "-d",
+        "x",
+        `${srv.base}/create`,
+        "-o",
+        out,
+      ]);
+      assert.equal(r.code, 2, r.stderr);
+      assert.match(r.stderr, want);
+      assert.equal(r.stderr.trimEnd().split("\n").length, 1, r.stderr);
+    }
+    assert.deepEqual(srv.seen, [], "no request was sent");
+    assert.deepEqual(await listDir(dir), []);
+  } finally {
+    await srv.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("fetch -o takes any valid file name, however long", async () => {
+  const srv = startCountingServer();
+  const dir = await Deno.makeTempDir({ prefix: "forgekit-cli-" });
+  try {
+    const name = `${"n".repeat(251)}.bin`; // 255 bytes: NAME_MAX
+    const r = await runForgekit(["fetch", `${srv.base}/long`, "-o", join(dir, name)]);
+    assert.equal(r.code, 0, r.stderr);
+    assert.deepEqual(await listDir(dir), [name]);
+  } finally {
+    await srv.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("fetch -o stopped by SIGINT, SIGTERM or SIGHUP exits 128+n and leaves no file", async () => {
+  const srv = startCountingServer();
+  const dir = await Deno.makeTempDir({ prefix: "forgekit-cli-" });
+  try {
+    const cases: [Deno.Signal, number][] = [["SIGINT", 130], ["SIGTERM", 143], ["SIGHUP", 129]];
+    for (const [signal, code] of cases) {
+      const child = spawnForgekit(["fetch", `${srv.base}/slow`, "-o", join(dir, "out.bin")]);
+      // Wait until the download is under way: a temporary file with bytes in it.
+      for (let i = 0; i < 300; i++) {
+        const tmp = (await listDir(dir)).find((n) => n.endsWith(".tmp"));
+        if (tmp && (await Deno.stat(join(dir, tmp)).catch(() => null))?.size) break;
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      child.kill(signal);
+      const out = await child.output();
+      assert.equal(out.code, code, `${signal}: ${new TextDecoder().decode(out.stderr)}`);
+      assert.deepEqual(await listDir(dir), [], `${signal} left nothing behind`);
+    }
+  } finally {
+    await srv.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("fetch --max-time and --idle-timeout end a silent server: one line naming the request, exit 1", async () => {
+  const silent = startRawServer({ send: null, close: false });
+  const stalled = startRawServer({
+    send: "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nabc",
+    close: false,
+  });
+  const dir = await Deno.makeTempDir({ prefix: "forgekit-cli-" });
+  try {
+    const cases: [string[], RegExp][] = [
+      [
+        ["fetch", "-m", "1", silent.url],
+        /^error: GET http:\/\/127\.0\.0\.1:\d+\/: not finished within 1 s \(--max-time 1; raise it/,
+      ],
+      [
+        ["fetch", "-X", "POST", "--max-time", "1", stalled.url, "-o", join(dir, "out")],
+        /^error: POST http:\/\/127\.0\.0\.1:\d+\/: not finished within 1 s \(--max-time 1;/,
+      ],
+      [
+        ["fetch", "--idle-timeout", "1", silent.url],
+        /^error: GET http:\/\/127\.0\.0\.1:\d+\/: nothing received for 1 s \(--idle-timeout 1;/,
+      ],
+      [
+        ["fetch", "--idle-timeout", "0.5", stalled.url, "-o", join(dir, "out")],
+        /^error: GET http:\/\/127\.0\.0\.1:\d+\/: nothing received for 0\.5 s \(--idle-timeout/,
+      ],
+    ];
+    for (const [args, want] of cases) {
+      const t0 = performance.now();
+      const r = await runForgekit(args, { timeoutMs: 20_000 });
+      assert.equal(r.code, 1, `${args.join(" ")}: ${r.stderr}`);
+      assert.match(r.stderr, want);
+      assert.equal(r.stderr.trimEnd().split("\n").length, 1, r.stderr);
+      assert.ok(performance.now() - t0 < 15_000, `${args.join(" ")} stopped in time`);
+    }
+    assert.deepEqual(await listDir(dir), [], "no file or temporary file is left");
+  } finally {
+    silent.close();
+    stalled.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("fetch: a body cut short is one line naming the request, and leaves no file", async () => {
+  const short = startRawServer({
+    send: "HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n0123456789",
+    close: true,
+  });
+  const dir = await Deno.makeTempDir({ prefix: "forgekit-cli-" });
+  try {
+    for (const extra of [[], ["-o", join(dir, "out")]]) {
+      const r = await runForgekit(["fetch", short.url, ...extra]);
+      assert.equal(r.code, 1, r.stderr);
+      assert.match(
+        r.stderr,
+        /^error: GET http:\/\/127\.0\.0\.1:\d+\/ failed while reading the response body: .* \(the connection was closed/,
+      );
+      assert.equal(r.stderr.trimEnd().split("\n").length, 1, r.stderr);
+    }
+    assert.deepEqual(await listDir(dir), []);
+  } finally {
+    short.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("fetch stops quietly when the reader of its stdout goes away", async () => {
+  const chunk = new Uint8Array(1 << 16).fill(97);
+  const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, () => {
+    let left = 1024; // 64 MiB, far more than a pipe holds
+    return new Response(
+      new ReadableStream({
+        pull: (c) => left-- > 0 ? c.enqueue(chunk) : c.close(),
+      }),
+    );
+  });
+  try {
+    const child = spawnForgekit(["fetch", `http://127.0.0.1:${server.addr.port}/`]);
+    const reader = child.stdout.getReader();
+    await reader.read();
+    await reader.cancel(); // as `| head -c 1` does
+    const [status, stderr] = await Promise.all([child.status, new Response(child.stderr).text()]);
+    assert.equal(status.code, 1);
+    assert.equal(stderr, "");
+  } finally {
+    await server.shutdown();
+  }
+});
+
+Deno.test("fetch -d @FILE streams the file with its Content-Length: memory stays below its size", async () => {
+  const size = 512 * 1024 * 1024;
+  let child: Deno.ChildProcess | undefined;
+  let got = "";
+  const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, async (req) => {
+    let n = 0;
+    for await (const c of req.body ?? []) n += c.length;
+    // The peak resident memory of forgekit so far, read while it waits for this answer.
+    const status = await Deno.readTextFile(`/proc/${child!.pid}/status`);
+    const peak = Number(/^VmHWM:\s+(\d+) kB/m.exec(status)![1]) * 1024;
+    got = `length=${req.headers.get("content-length")} chunked=${
+      req.headers.has("transfer-encoding")
+    } received=${n}`;
+    return new Response(String(peak));
+  });
+  const dir = await Deno.makeTempDir({ prefix: "forgekit-cli-" });
+  try {
+    const file = join(dir, "upload.bin");
+    await Deno.writeFile(file, new Uint8Array(0));
+    await Deno.truncate(file, size); // sparse: costs no disk
+    child = spawnForgekit(["fetch", "-d", `@${file}`, `http://127.0.0.1:${server.addr.port}/`]);
+    const out = await child.output();
+    assert.equal(out.code, 0, new TextDecoder().decode(out.stderr));
+    assert.equal(got, `length=${size} chunked=false received=${size}`);
+    const peak = Number(new TextDecoder().decode(out.stdout));
+    assert.ok(peak < size / 2, `peak memory ${peak >> 20} MiB for a ${size >> 20} MiB upload`);
+  } finally {
+    await server.shutdown();
     await Deno.remove(dir, { recursive: true });
   }
 });

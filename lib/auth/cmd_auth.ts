@@ -22,7 +22,8 @@ import {
   readableByOthers,
   setWarn,
 } from "./config_file.ts";
-import { matchingEntries } from "./fetch.ts";
+import { hasUserinfo } from "./entry_use.ts";
+import { entriesForUrl } from "./fetch.ts";
 import { credentialEntries, gitUsername, parseCredentialInput } from "./git_credential.ts";
 import { resolveToken, staticToken, tokenSourceLabel } from "./token_source.ts";
 import { INIT_TEMPLATE } from "./init_template.ts";
@@ -193,7 +194,7 @@ async function explain(args: string[]): Promise<number> {
     );
   }
   const config = await loadAuthConfig(values["auth-file"]);
-  const entries = matchingEntries(config, url.hostname);
+  const { entries, notUsed } = entriesForUrl(config, url);
   const tries = entries.map((e) => {
     const t = e.auth === "cloud-cli" || e.auth === "cloud-ad" ? null : staticToken(e);
     const status = t === null
@@ -203,12 +204,14 @@ async function explain(args: string[]): Promise<number> {
       : `skipped: ${t.reason}`;
     return { entry: `providers[${e.index}]`, provider: e.provider, auth: e.auth, token: status };
   });
+  const then = hasUserinfo(url) ? "the URL's own user and password" : "unauthenticated";
   if (values.json) {
     printJson({
       url: redactUrl(url),
       file: config?.path ?? null,
+      not_used: notUsed,
       attempts: tries,
-      then: "unauthenticated",
+      then,
     });
     return 0;
   }
@@ -216,13 +219,18 @@ async function explain(args: string[]): Promise<number> {
     console.log(
       `no auth file (${displayPath(authFilePath(values["auth-file"]))}): unauthenticated`,
     );
+  } else if (notUsed !== null) {
+    console.log(`auth.json's entries are not used: ${notUsed}`);
   }
   tries.forEach((t, i) => console.log(`${i + 1}. ${t.entry} ${t.provider} ${t.auth}: ${t.token}`));
-  console.log(
-    `${tries.length + 1}. unauthenticated (when every entry above answers 401/403${
-      tries.length ? "" : "; no entry matches"
-    })`,
-  );
+  if (notUsed !== null) console.log(`1. ${then}`);
+  else {
+    console.log(
+      `${tries.length + 1}. unauthenticated (when every entry above answers 401/403${
+        tries.length ? "" : "; no entry matches"
+      })`,
+    );
+  }
   return 0;
 }
 

@@ -1,10 +1,16 @@
 /** `forgekit fetch`: one request through the credential wrapper. */
-import { basename, dirname, join } from "node:path";
 import { CliError, parseCommandArgs, usageError, wantsHelp } from "../cli/mod.ts";
 import { authFetch } from "./fetch.ts";
+import { fileBody } from "./file_body.ts";
 import { parseSha256, sha256Stream } from "./integrity.ts";
+import { openOutput, type OutputFile } from "./output_file.ts";
 import { progressBar } from "./progress.ts";
 import { redactUrl } from "./redact.ts";
+import { openSpool } from "./spool.ts";
+import { parseSeconds, TransferTimer } from "./transfer_timer.ts";
+
+/** `--idle-timeout` unless given: how long the server may send nothing. */
+const DEFAULT_IDLE_TIMEOUT = 300;
 
 /** Help text of `forgekit fetch`. */
 export const FETCH_HELP =
@@ -15,6 +21,9 @@ Usage: forgekit fetch URL [options]
 Options:
   -o, --output FILE     Write the body to FILE (atomically) instead of stdout
       --sha256 HEX      Verify the body's SHA-256 (also sha256:HEX) before writing anything
+  -m, --max-time SECS   Give up when the whole request and body take longer (default: no limit)
+      --idle-timeout SECS
+                        Give up when the server sends nothing for this long (default 300; 0: never)
   -X, --request METHOD  HTTP method (default GET, or POST with -d)
   -H, --header 'N: V'   Add a request header (repeatable)
   -d, --data DATA|@FILE Request body, or the contents of FILE
@@ -48,19 +57,32 @@ function parseHeader(raw: string): [string, string] {
   return [name, raw.slice(i + 1).trim()];
 }
 
-async function readData(data: string): Promise<Uint8Array<ArrayBuffer>> {
+async function requestBody(
+  data: string,
+  timer: TransferTimer,
+): Promise<Uint8Array<ArrayBuffer> | Blob> {
   if (!data.startsWith("@")) return new TextEncoder().encode(data);
+  const path = data.slice(1);
   try {
-    return await Deno.readFile(data.slice(1));
+    // Sending a file counts as activity: a slow upload is not an idle server.
+    return await fileBody(path, { onRead: () => timer.waiting() });
   } catch (err) {
-    throw usageError(`Cannot read -d file ${data.slice(1)}`, "check the path after @", err);
+    throw usageError(`Cannot read -d file ${path}`, "check the path after @", err);
   }
 }
 
-async function writeAll(w: WritableStreamDefaultWriter<Uint8Array>, chunk: Uint8Array) {
-  await w.ready;
-  await w.write(chunk);
+/** Where the body goes: -o, or stdout. */
+interface Sink {
+  write(chunk: Uint8Array): Promise<void>;
 }
+
+const encoder = new TextEncoder();
+
+const stdout: Sink = {
+  async write(chunk) {
+    for (let off = 0; off < chunk.length;) off += await Deno.stdout.write(chunk.subarray(off));
+  },
+};
 
 /** Runs `forgekit fetch`. */
 export async function runFetch(args: string[]): Promise<number> {
@@ -71,6 +93,8 @@ export async function runFetch(args: string[]): Promise<number> {
   const { values, positionals } = parseCommandArgs("forgekit fetch", args, {
     output: { type: "string", short: "o" },
     sha256: { type: "string" },
+    "max-time": { type: "string", short: "m" },
+    "idle-timeout": { type: "string" },
     request: { type: "string", short: "X" },
     header: { type: "string", short: "H", multiple: true },
     data: { type: "string", short: "d", allowEmpty: true },
@@ -101,70 +125,154 @@ export async function runFetch(args: string[]): Promise<number> {
     );
   }
   const expected = values.sha256 !== undefined ? parseSha256(values.sha256) : null;
-  if (values.output !== undefined) await checkOutputPath(values.output);
+  const maxTime = values["max-time"] !== undefined
+    ? parseSeconds("--max-time", values["max-time"])
+    : null;
+  const idleTimeout = values["idle-timeout"] !== undefined
+    ? parseSeconds("--idle-timeout", values["idle-timeout"], { zero: true })
+    : DEFAULT_IDLE_TIMEOUT;
   const headers = new Headers();
   for (const h of values.header ?? []) headers.append(...parseHeader(h));
-  const body = values.data !== undefined ? await readData(values.data) : undefined;
-  const method = (values.request ?? (body ? "POST" : "GET")).toUpperCase();
+  const method = (values.request ?? (values.data !== undefined ? "POST" : "GET")).toUpperCase();
   if (!/^[A-Z]+$/.test(method)) {
     throw usageError(`Invalid method ${JSON.stringify(values.request)}`, "e.g. -X POST");
   }
-
-  const verbose = values.verbose ? (line: string) => console.error(line) : undefined;
-  let res: Response;
+  const what = `${method} ${redactUrl(url)}`;
+  const timer = new TransferTimer(what, { maxTime, idleTimeout });
+  let output: OutputFile | null = null;
   try {
-    res = await authFetch(url, { method, headers, body }, {
-      authFile: values["auth-file"],
-      verbose,
-    });
-  } catch (err) {
-    if (err instanceof CliError) throw err;
-    throw new CliError(`${method} ${redactUrl(url)} failed`, {
-      hint: "check the URL, network and proxy settings",
-      cause: err,
-    });
-  }
-
-  const out = Deno.stdout.writable.getWriter();
-  try {
-    if (values.include) {
-      const lines = [`HTTP/1.1 ${res.status} ${res.statusText}`];
-      res.headers.forEach((v, k) => lines.push(`${k}: ${v}`));
-      await writeAll(out, new TextEncoder().encode(lines.join("\r\n") + "\r\n\r\n"));
-    }
-    if (res.status >= 400) {
-      if (values.include && res.body) { for await (const c of res.body) await writeAll(out, c); }
-      else await res.body?.cancel();
-      throw new CliError(
-        `${method} ${redactUrl(url)} returned ${res.status} ${res.statusText}`.trimEnd(),
+    const body = values.data !== undefined
+      ? await timer.race(requestBody(values.data, timer))
+      : undefined;
+    // Opened before the request: a path that cannot be written is refused before anything is sent.
+    if (values.output !== undefined) output = await openWithin(timer, values.output);
+    const verbose = values.verbose ? (line: string) => console.error(line) : undefined;
+    timer.waiting();
+    let res: Response;
+    try {
+      res = await timer.race(
+        authFetch(url, { method, headers, body, signal: timer.signal }, {
+          authFile: values["auth-file"],
+          verbose,
+        }),
       );
+    } catch (err) {
+      if (err instanceof CliError) throw err;
+      throw new CliError(`${what} failed`, {
+        hint: "check the URL, network and proxy settings",
+        cause: err,
+      });
+    } finally {
+      timer.busy();
     }
-    const total = Number(res.headers.get("content-length") ?? NaN);
-    const progress = progressBar(total);
-    const digest = sha256Stream();
-    if (values.output) {
-      await saveAtomically(values.output, res, digest, expected, progress);
-    } else if (expected !== null) {
-      const chunks: Uint8Array[] = [];
-      for await (const c of res.body ?? []) {
-        digest.hash.update(c);
-        chunks.push(c);
-        progress.add(c.length);
-      }
-      progress.done();
-      checkDigest(digest.hex(), expected, redactUrl(url));
-      for (const c of chunks) await writeAll(out, c);
-    } else {
-      for await (const c of res.body ?? []) {
-        progress.add(c.length);
-        await writeAll(out, c);
-      }
-      progress.done();
-    }
-    return res.status >= 200 && res.status < 300 ? 0 : 1;
+    return await timer.race(
+      deliver(res, {
+        what,
+        shown: redactUrl(url),
+        include: !!values.include,
+        expected,
+        output,
+        timer,
+      }),
+    );
+  } catch (err) {
+    // The reader of stdout (or of -o's pipe) stopped reading, as `| head` does: nothing to add.
+    if (err instanceof Deno.errors.BrokenPipe) return 1;
+    throw err;
   } finally {
-    await out.ready.catch(() => {});
-    out.releaseLock();
+    timer.stop();
+    await output?.discard();
+  }
+}
+
+/** Opens -o within --max-time (a FIFO waits for its reader); one opened too late is discarded. */
+async function openWithin(timer: TransferTimer, dest: string): Promise<OutputFile> {
+  const opening = openOutput(dest);
+  try {
+    return await timer.race(opening);
+  } catch (err) {
+    opening.then((o) => o.discard(), () => {});
+    throw err;
+  }
+}
+
+interface Delivery {
+  /** The request, for messages: `GET https://host/path` (redacted). */
+  what: string;
+  /** The URL, redacted. */
+  shown: string;
+  include: boolean;
+  expected: string | null;
+  output: OutputFile | null;
+  timer: TransferTimer;
+}
+
+/** Writes the response where it goes and returns the exit code. */
+async function deliver(res: Response, d: Delivery): Promise<number> {
+  if (d.include) {
+    const lines = [`HTTP/1.1 ${res.status} ${res.statusText}`];
+    res.headers.forEach((v, k) => lines.push(`${k}: ${v}`));
+    await stdout.write(encoder.encode(lines.join("\r\n") + "\r\n\r\n"));
+  }
+  if (res.status >= 400) {
+    if (d.include) { for await (const c of readBody(res, d)) await stdout.write(c); }
+    else await res.body?.cancel();
+    throw new CliError(`${d.what} returned ${res.status} ${res.statusText}`.trimEnd());
+  }
+  const sink: Sink = d.output ?? stdout;
+  // Verified before anything is written: where nothing can be taken back, held on disk first.
+  const spool = d.expected !== null && (d.output === null || d.output.direct)
+    ? await openSpool()
+    : null;
+  try {
+    const progress = progressBar(Number(res.headers.get("content-length") ?? NaN));
+    const digest = sha256Stream();
+    for await (const c of readBody(res, d)) {
+      digest.hash.update(c);
+      progress.add(c.length);
+      await (spool ?? sink).write(c);
+    }
+    progress.done();
+    checkDigest(digest.hex(), d.expected, d.shown);
+    if (spool) { for await (const c of await spool.readBack()) await sink.write(c); }
+    await d.output?.commit();
+  } finally {
+    spool?.close();
+  }
+  return res.status >= 200 && res.status < 300 ? 0 : 1;
+}
+
+/**
+ * The response body, chunk by chunk, with the idle limit running while
+ * forgekit waits for each; a connection that breaks is an error naming the
+ * request.
+ */
+async function* readBody(res: Response, d: Delivery): AsyncGenerator<Uint8Array> {
+  if (res.body === null) return;
+  const reader = res.body.getReader();
+  let done = false;
+  try {
+    while (!done) {
+      d.timer.waiting();
+      let chunk: ReadableStreamReadResult<Uint8Array>;
+      try {
+        chunk = await reader.read();
+      } catch (err) {
+        done = true;
+        if (d.timer.signal.aborted) throw d.timer.signal.reason;
+        throw new CliError(`${d.what} failed while reading the response body`, {
+          hint: "the connection was closed or reset before the body was complete; try again",
+          cause: err,
+        });
+      } finally {
+        d.timer.busy();
+      }
+      done = chunk.done;
+      if (chunk.value) yield chunk.value;
+    }
+  } finally {
+    if (!done) await reader.cancel().catch(() => {});
+    reader.releaseLock();
   }
 }
 
@@ -173,69 +281,5 @@ function checkDigest(actual: string, expected: string | null, what: string) {
     throw new CliError(`SHA-256 mismatch for ${what}: expected ${expected}, got ${actual}`, {
       hint: "nothing was written; check the --sha256 value or the source",
     });
-  }
-}
-
-/** Refuses an -o path that cannot be written, before any request is made. */
-async function checkOutputPath(dest: string): Promise<void> {
-  const hint = "give -o a file path in an existing directory";
-  const target = await Deno.stat(dest).catch(() => null); // if missing, its directory is checked
-  if (target?.isDirectory) throw usageError(`-o ${dest} is a directory`, hint);
-  const dir = dirname(dest);
-  let info: Deno.FileInfo;
-  try {
-    info = await Deno.stat(dir);
-  } catch (err) {
-    const why = err instanceof Deno.errors.NotFound
-      ? `the directory ${dir} does not exist`
-      : err instanceof Deno.errors.NotADirectory
-      ? `${dir} is not a directory`
-      : `cannot use ${dir}`;
-    throw usageError(`-o ${dest}: ${why}`, hint, err);
-  }
-  if (!info.isDirectory) throw usageError(`-o ${dest}: ${dir} is not a directory`, hint);
-}
-
-async function saveAtomically(
-  dest: string,
-  res: Response,
-  digest: ReturnType<typeof sha256Stream>,
-  expected: string | null,
-  progress: ReturnType<typeof progressBar>,
-) {
-  const tmp = join(
-    dirname(dest),
-    `.${basename(dest)}.forgekit-${Deno.pid}-${crypto.randomUUID().slice(0, 8)}.tmp`,
-  );
-  let file: Deno.FsFile;
-  try {
-    file = await Deno.open(tmp, { write: true, createNew: true, mode: 0o644 });
-  } catch (err) {
-    await res.body?.cancel();
-    throw usageError(`Cannot write ${dest}`, "check that the directory is writable", err);
-  }
-  let ok = false;
-  try {
-    for await (const c of res.body ?? []) {
-      digest.hash.update(c);
-      progress.add(c.length);
-      let off = 0;
-      while (off < c.length) off += await file.write(c.subarray(off));
-    }
-    progress.done();
-    await file.sync();
-    file.close();
-    checkDigest(digest.hex(), expected, res.url ? redactUrl(new URL(res.url)) : dest);
-    await Deno.rename(tmp, dest).catch((err) => {
-      throw new CliError(`Cannot write ${dest}`, { cause: err });
-    });
-    ok = true;
-  } finally {
-    if (!ok) {
-      try {
-        file.close();
-      } catch { /* closed */ }
-      await Deno.remove(tmp).catch(() => {});
-    }
   }
 }

@@ -300,9 +300,10 @@ function parseEntry(raw: unknown, index: number, fail: Fail): AuthEntry {
       if (!str(key)) fail(`${at}`, `cloud-ad needs "${key}"`, `add "${key}"`);
     }
     const authority = str("authority_host");
+    // A login host is a name: no pattern, and no IPv6 address (which a URL would need in brackets).
     if (
       authority !== undefined && hostPatternProblem(authority) !== null ||
-      authority?.startsWith("*.")
+      authority?.startsWith("*.") || authority?.includes(":")
     ) {
       fail(
         `${at}.authority_host`,

@@ -40,7 +40,12 @@ interface CacheSlot {
   mtime: number;
   size: number;
   config: AuthConfig;
+  /** Read from a pipe (`<(command)`), which cannot be read again: kept for good. */
+  once: boolean;
 }
+
+/** The largest auth.json forgekit reads: far above any real file, far below memory. */
+const MAX_AUTH_FILE_BYTES = 4 * 1024 * 1024;
 
 const cache = new Map<string, CacheSlot>();
 /** How long a loaded file is trusted before it is stat'ed again. */
@@ -74,7 +79,9 @@ export async function loadAuthConfig(explicit?: string): Promise<AuthConfig | nu
   const path = authFilePath(explicit);
   const recent = cache.get(path);
   // A burst of requests stats the file once per interval, not once per request.
-  if (recent && performance.now() - recent.checkedAt < RECHECK_MS) return recent.config;
+  if (recent && (recent.once || performance.now() - recent.checkedAt < RECHECK_MS)) {
+    return recent.config;
+  }
   let info: Deno.FileInfo;
   try {
     info = Deno.statSync(path); // sync: an async stat costs a thread-pool round trip per request
@@ -91,9 +98,17 @@ export async function loadAuthConfig(explicit?: string): Promise<AuthConfig | nu
     }
     throw new CliError(`Cannot read ${displayPath(path)}`, { exitCode: 2, cause: err });
   }
+  const hint = "point --auth-file or FORGEKIT_AUTH_FILE at the auth.json file";
   if (info.isDirectory) {
     throw new CliError(`Cannot read ${displayPath(path)}: it is a directory`, {
-      hint: "point --auth-file or FORGEKIT_AUTH_FILE at the auth.json file",
+      hint,
+      exitCode: 2,
+    });
+  }
+  // A pipe is fine (`--auth-file <(command)`); a device such as /dev/zero never ends.
+  if (!info.isFile && !info.isFifo) {
+    throw new CliError(`Cannot read ${displayPath(path)}: it is not a regular file or a pipe`, {
+      hint,
       exitCode: 2,
     });
   }
@@ -105,9 +120,9 @@ export async function loadAuthConfig(explicit?: string): Promise<AuthConfig | nu
   }
 
   checkPermissions(path, info);
-  let text: string;
+  let text: string | null;
   try {
-    text = await Deno.readTextFile(path);
+    text = info.size > MAX_AUTH_FILE_BYTES ? null : await readAtMost(path, MAX_AUTH_FILE_BYTES);
   } catch (err) {
     throw new CliError(`Cannot read ${displayPath(path)}`, {
       hint: "check the file's permissions",
@@ -115,14 +130,55 @@ export async function loadAuthConfig(explicit?: string): Promise<AuthConfig | nu
       cause: err,
     });
   }
+  if (text === null) {
+    throw new CliError(
+      `Cannot read ${displayPath(path)}: it is larger than ${MAX_AUTH_FILE_BYTES >> 20} MiB`,
+      { hint: "an auth.json holds a few entries; check that this is the right file", exitCode: 2 },
+    );
+  }
   const config = parseAuthConfig(text, path, basename(path));
-  cache.set(path, { checkedAt: performance.now(), mtime, size: info.size, config });
+  cache.set(path, {
+    checkedAt: performance.now(),
+    mtime,
+    size: info.size,
+    config,
+    once: !info.isFile,
+  });
   return config;
 }
 
-/** Whether group or others can read the file. */
+/** A file's text, or null when it holds more than `max` bytes (a pipe is read only that far). */
+async function readAtMost(path: string, max: number): Promise<string | null> {
+  const file = await Deno.open(path);
+  try {
+    const chunks: Uint8Array[] = [];
+    let total = 0;
+    for (;;) {
+      const buf = new Uint8Array(64 * 1024);
+      const n = await file.read(buf);
+      if (n === null) break;
+      total += n;
+      if (total > max) return null;
+      chunks.push(buf.subarray(0, n));
+    }
+    const all = new Uint8Array(total);
+    let off = 0;
+    for (const c of chunks) {
+      all.set(c, off);
+      off += c.length;
+    }
+    return new TextDecoder().decode(all);
+  } finally {
+    file.close();
+  }
+}
+
+/**
+ * Whether group or others can read the file. Only a regular file counts: a
+ * pipe (`<(command)`) is read once, by whoever opens it first.
+ */
 export function readableByOthers(info: Deno.FileInfo): boolean {
-  return info.mode !== null && (info.mode & 0o077) !== 0;
+  return info.isFile && info.mode !== null && (info.mode & 0o077) !== 0;
 }
 
 function checkPermissions(path: string, info: Deno.FileInfo): void {

@@ -123,6 +123,26 @@ Deno.test("parseAuthConfig() names the place and the fix for every broken file",
       entry({ hosts: ["*.com"] }),
       'auth.json providers[1].hosts[0]: "*.com" is not a supported pattern: it matches a whole top-level domain',
     ],
+    [
+      entry({ hosts: ["[::1]:443"] }),
+      'auth.json providers[1].hosts[0]: "[::1]:443" is not a supported pattern: it has a port',
+    ],
+    [
+      entry({ hosts: ["2001:db8::zz"] }),
+      'auth.json providers[1].hosts[0]: "2001:db8::zz" is not a supported pattern: it is not a valid IPv6 address',
+    ],
+    [
+      entry({
+        provider: "cloud-devops",
+        auth: "cloud-ad",
+        token_env: undefined,
+        tenant_id: "t",
+        client_id: "c",
+        client_secret_env: "S",
+        authority_host: "::1",
+      }),
+      'auth.json providers[1].authority_host: "::1" is not a host name',
+    ],
     [entry({ hosts: [] }), "auth.json providers[1].hosts: must be a non-empty array of host names"],
     [entry({ tenant_id: 42 }), "auth.json providers[1].tenant_id: must be a string (got: 42)"],
     [
@@ -183,6 +203,21 @@ Deno.test("parseAuthConfig() accepts the specification's example, aliases and co
     ["repohost", "basic"],
   ]);
   assert.deepEqual(cfg.entries[0].hosts, ["github.com", "api.github.com"]);
+});
+
+Deno.test("parseAuthConfig() keeps IPv6 hosts in one canonical form, never a name with a port", () => {
+  const cfg = parseAuthConfig(
+    JSON.stringify({
+      providers: [{
+        hosts: ["::1", "[::1]", "2001:DB8:0:0:0:0:0:1", "fe80::"],
+        provider: "codehost",
+        auth: "bearer",
+        token_env: "GH_TOKEN",
+      }],
+    }),
+    "auth.json",
+  );
+  assert.deepEqual(cfg.entries[0].hosts, ["::1", "::1", "2001:db8::1", "fe80::"]);
 });
 
 Deno.test("parseAuthConfig() never prints a secret the file holds", () => {

@@ -15,6 +15,7 @@ import {
   releaseApiFor,
 } from "./releases.ts";
 import { authorizationHeader } from "./schemes.ts";
+import { entriesNotUsedReason, hasUserinfo } from "./entry_use.ts";
 import { plainHttpProblem } from "./plain_http.ts";
 import { redactUrl } from "./redact.ts";
 import { resolveToken, staticToken, type TokenResult } from "./token_source.ts";
@@ -109,6 +110,19 @@ export function matchingEntries(config: AuthConfig | null, host: string): AuthEn
   return hostPlan(config, host).entries;
 }
 
+/**
+ * The entries a request to `url` would try, in file order, as authFetch
+ * decides: none when {@linkcode entriesNotUsedReason} gives a reason, which
+ * is then returned too.
+ */
+export function entriesForUrl(
+  config: AuthConfig | null,
+  url: URL,
+): { entries: AuthEntry[]; notUsed: string | null } {
+  const notUsed = entriesNotUsedReason(url);
+  return { entries: notUsed === null ? matchingEntries(config, url.hostname) : [], notUsed };
+}
+
 interface Credential {
   header: string;
   /** Whether the header may travel to a (normalised) host. */
@@ -120,7 +134,8 @@ interface Hop {
   method: string;
   /** Lower-case header pairs, never an Authorization header (that is per attempt). */
   headers: [string, string][];
-  body: Uint8Array<ArrayBuffer> | null;
+  /** Bytes, or a Blob (such as a file's, read again by each fetch). */
+  body: Uint8Array<ArrayBuffer> | Blob | null;
   signal: AbortSignal | null;
 }
 
@@ -132,24 +147,37 @@ interface Prepared extends Hop {
 
 const NO_HEADERS: [string, string][] = [];
 
+/**
+ * A body every attempt and 307/308 hop can send again. Bytes and Blobs are
+ * used as they are (a file's Blob stays on disk, a large upload is not
+ * copied); any other kind is read once into bytes.
+ */
+async function replayableBody(
+  body: BodyInit,
+  headers: Headers,
+): Promise<Uint8Array<ArrayBuffer> | Blob> {
+  if (body instanceof Uint8Array && body.buffer instanceof ArrayBuffer) {
+    return body as Uint8Array<ArrayBuffer>;
+  }
+  if (body instanceof ArrayBuffer) return new Uint8Array(body);
+  if (body instanceof Blob) {
+    if (body.type && !headers.has("content-type")) headers.set("content-type", body.type);
+    return body;
+  }
+  const req = new Request("http://body.invalid/", { method: "POST", body, headers });
+  const type = req.headers.get("content-type");
+  if (type && !headers.has("content-type")) headers.set("content-type", type);
+  return new Uint8Array(await req.arrayBuffer());
+}
+
 async function prepare(init: RequestInit): Promise<Prepared> {
   const method = init.method === undefined ? "GET" : init.method.toUpperCase();
   let headers = NO_HEADERS;
   let own: string | null = null;
-  let body: Uint8Array<ArrayBuffer> | null = null;
+  let body: Uint8Array<ArrayBuffer> | Blob | null = null;
   if (init.headers !== undefined || (init.body !== undefined && init.body !== null)) {
     const h = new Headers(init.headers);
-    if (init.body !== undefined && init.body !== null) {
-      // Buffered once so that every attempt and 307/308 hop can replay it.
-      const req = new Request("http://body.invalid/", {
-        method: "POST",
-        body: init.body,
-        headers: h,
-      });
-      body = new Uint8Array(await req.arrayBuffer());
-      const type = req.headers.get("content-type");
-      if (type && !h.has("content-type")) h.set("content-type", type);
-    }
+    if (init.body !== undefined && init.body !== null) body = await replayableBody(init.body, h);
     headers = [];
     h.forEach((v, k) => {
       if (k === "authorization") own = v;
@@ -359,11 +387,15 @@ function route(
   options: AuthFetchOptions,
   config: AuthConfig | null,
 ): Promise<Response> {
-  // auth.json's tokens never travel without TLS, except to this machine.
-  const plain = plainHttpProblem(url);
-  const plan = plain ? NO_PLAN : hostPlan(config, url.hostname);
-  if (plain && hostPlan(config, url.hostname).entries.length > 0) {
-    options.verbose?.(`* auth.json's entries for ${url.hostname} not used: ${plain}`);
+  // auth.json's tokens never travel without TLS (except to this machine), never beside the
+  // URL's own credentials, and never to another scheme.
+  const notUsed = entriesNotUsedReason(url);
+  const plan = notUsed === null ? hostPlan(config, url.hostname) : NO_PLAN;
+  if (
+    notUsed !== null && !hasUserinfo(url) && options.verbose &&
+    hostPlan(config, url.hostname).entries.length > 0
+  ) {
+    options.verbose(`* auth.json's entries for ${url.hostname} not used: ${notUsed}`);
   }
   if (
     plan.releaseApi && options.resolveReleases !== false &&
@@ -373,7 +405,12 @@ function route(
     if (ref) {
       const doFetch = (u: string, i: RequestInit) =>
         authFetch(u, i, { ...options, config, resolveReleases: false });
-      return fetchReleaseAsset(url, plan.releaseApi, ref, doFetch, options.verbose);
+      return fetchReleaseAsset(url, { api: plan.releaseApi, ref }, {
+        doFetch,
+        method: req.method,
+        signal: req.signal,
+        verbose: options.verbose,
+      });
     }
   }
   // A caller's own Authorization header is used as is, for this host only.
@@ -385,7 +422,7 @@ function route(
     return send(url, req, { header: req.own, covers: (h) => h === host }, options);
   }
   // A user and password in the URL are the caller's own credentials too (fetch sends them).
-  if (url.username !== "" || url.password !== "") {
+  if (hasUserinfo(url)) {
     options.verbose?.(
       `* ${req.method} ${redactUrl(url)} with the URL's own user and password; auth.json not used`,
     );

@@ -4,8 +4,10 @@
  * caller's AbortSignal reaches fetch.
  */
 import assert from "node:assert/strict";
+import { join } from "node:path";
 import { authFetch } from "./fetch.ts";
 import { parseAuthConfig } from "./config.ts";
+import { fileBody } from "./file_body.ts";
 
 function startServer() {
   const seen: string[] = [];
@@ -104,5 +106,50 @@ Deno.test("the caller's AbortSignal reaches fetch", async () => {
     assert.ok(performance.now() - t0 < 2000, "the request was not aborted");
   } finally {
     await server.shutdown();
+  }
+});
+
+Deno.test("a file body is read from disk again for each attempt and 307 hop, with its Content-Length", async () => {
+  const seen: string[] = [];
+  const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, async (req) => {
+    const path = new URL(req.url).pathname;
+    const body = new Uint8Array(await req.arrayBuffer());
+    const sum = body.reduce((a, b) => a + b, 0);
+    seen.push(
+      `${path} ${req.headers.get("authorization") ?? "none"} length=${
+        req.headers.get("content-length")
+      } chunked=${req.headers.has("transfer-encoding")} got=${body.length} sum=${sum}`,
+    );
+    if (req.headers.get("authorization") === "Bearer refused") {
+      return new Response("no", { status: 401 });
+    }
+    if (path === "/up") return new Response(null, { status: 307, headers: { location: "/moved" } });
+    return new Response("stored");
+  });
+  const dir = await Deno.makeTempDir();
+  try {
+    const file = join(dir, "payload.bin");
+    const bytes = new Uint8Array(700_000).map((_, i) => i % 251);
+    await Deno.writeFile(file, bytes);
+    const sum = bytes.reduce((a, b) => a + b, 0);
+    let reads = 0;
+    const body = await fileBody(file, { onRead: () => reads++ });
+    Deno.env.set("FETCH_TEST_TOKEN", "good");
+    const res = await authFetch(`http://127.0.0.1:${server.addr.port}/up`, {
+      method: "PUT",
+      body,
+    }, { config: makeConfig() });
+    assert.equal(await res.text(), "stored");
+    const sent = `length=700000 chunked=false got=700000 sum=${sum}`;
+    assert.deepEqual(seen, [
+      `/up Bearer refused ${sent}`,
+      `/up Bearer good ${sent}`,
+      `/moved Bearer good ${sent}`,
+    ]);
+    assert.ok(reads >= 3, `the file was read for each request (${reads} reads)`);
+  } finally {
+    Deno.env.delete("FETCH_TEST_TOKEN");
+    await server.shutdown();
+    await Deno.remove(dir, { recursive: true });
   }
 });

@@ -67,7 +67,8 @@ export function releaseApiFor(host: string, entries: readonly AuthEntry[]): Rele
   const tenant = TENANT.exec(host);
   if (tenant) return { kind: "data-residency", base: `https://api.${host}` };
   if (host.endsWith(".ghe.com")) return null;
-  return { kind: "enterprise", base: `https://${host}/api/v3` };
+  // An IPv6 address goes into a URL in brackets.
+  return { kind: "enterprise", base: `https://${host.includes(":") ? `[${host}]` : host}/api/v3` };
 }
 
 /** The metadata URL of a release. */
@@ -114,23 +115,37 @@ export function assetUrlProblem(api: ReleaseApi, ref: ReleaseRef, assetUrl: stri
 
 type Fetcher = (url: string, init: RequestInit) => Promise<Response>;
 
+/** Options of {@linkcode fetchReleaseAsset}. */
+export interface ReleaseFetchOptions {
+  /** Makes each request (metadata, then asset), with auth.json's credentials. */
+  doFetch: Fetcher;
+  /** The caller's method for the asset (GET or HEAD); the metadata lookup is always GET. */
+  method?: string;
+  /** Aborts every request of the download. */
+  signal?: AbortSignal | null;
+  /** Receives one line per step, for `-v`. */
+  verbose?: (line: string) => void;
+}
+
 /**
- * Resolves a release download through the API and downloads the asset with
- * `Accept: application/octet-stream`.
+ * Resolves a release download through the API and requests the asset with
+ * `Accept: application/octet-stream` and the caller's method.
  */
 export async function fetchReleaseAsset(
   url: URL,
-  api: ReleaseApi,
-  ref: ReleaseRef,
-  doFetch: Fetcher,
-  verbose?: (line: string) => void,
+  target: { api: ReleaseApi; ref: ReleaseRef },
+  options: ReleaseFetchOptions,
 ): Promise<Response> {
+  const { api, ref } = target;
+  const { doFetch, verbose } = options;
+  const signal = options.signal ?? undefined;
   const metaUrl = releaseMetadataUrl(api, ref);
   verbose?.(
     `* release download: resolving ${ref.owner}/${ref.repo} ${ref.tag ?? "latest"} via ${metaUrl}`,
   );
   const meta = await doFetch(metaUrl, {
     headers: { accept: "application/vnd.github+json", "x-github-api-version": "2022-11-28" },
+    signal,
   });
   if (!meta.ok) {
     await meta.body?.cancel();
@@ -164,5 +179,9 @@ export async function fetchReleaseAsset(
     });
   }
   verbose?.(`* release download: asset ${asset.url}`);
-  return await doFetch(asset.url, { headers: { accept: "application/octet-stream" } });
+  return await doFetch(asset.url, {
+    method: options.method ?? "GET",
+    headers: { accept: "application/octet-stream" },
+    signal,
+  });
 }

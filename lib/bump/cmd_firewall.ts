@@ -21,8 +21,8 @@ import {
   runSandboxed,
   sandboxInit,
   type SandboxSpec,
-  signalExitCode,
 } from "./sandbox.ts";
+import { signalExitCode } from "../cli/signals.ts";
 import { createSession, removeStaleSessions } from "./session.ts";
 import { type BumpSession, createBumpSession } from "./ssl_bump.ts";
 import { proxyEnv } from "./upstream.ts";

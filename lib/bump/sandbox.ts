@@ -7,6 +7,7 @@
  * of it. When it ends, so does the namespace's init, and the kernel ends
  * every process left in the sandbox.
  */
+import { signalExitCode } from "../cli/signals.ts";
 import { basename, dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { CliError, findCommand } from "../cli/mod.ts";
@@ -85,14 +86,6 @@ export function forwardSignals(child: { kill(signo: Deno.Signal): void }): () =>
     return [sig, h] as const;
   });
   return () => handlers.forEach(([sig, h]) => Deno.removeSignalListener(sig, h));
-}
-
-/** Signal numbers for exit codes (128 + n). */
-const SIGNO: Record<string, number> = { SIGINT: 2, SIGTERM: 15, SIGKILL: 9, SIGHUP: 1 };
-
-/** The exit code for ending on a signal: 128 + its number. */
-export function signalExitCode(signal: Deno.Signal): number {
-  return 128 + (SIGNO[signal] ?? 1);
 }
 
 /** Exit code of a finished child: its code, or 128 + the signal that ended it. */

@@ -9,3 +9,4 @@ export type { Command } from "./command.ts";
 export * from "./errors.ts";
 export * from "./fs.ts";
 export * from "./output.ts";
+export * from "./signals.ts";
