@@ -879,7 +879,7 @@ Deno.test("an auth file that is a directory is one clear line and exit 2", opts,
 });
 
 Deno.test(
-  "-X HEAD on a release download sends HEAD to the asset and storage; the metadata lookup stays GET",
+  "-X HEAD and -H on a release download go to the asset and storage; the metadata lookup stays a plain GET",
   opts,
   async () => {
     const file = await authFile([{
@@ -893,15 +893,20 @@ Deno.test(
       "fetch",
       "-X",
       "HEAD",
+      "-H",
+      "X-Trace: t1",
       "https://ghe.corp.example/org/tool/releases/download/v1/tool.bin",
     ], file);
     assert.equal(r.code, 0, r.stderr);
     assert.equal(r.stdout, "");
-    assert.deepEqual(o.hits.slice(before).map((h) => `${h.method} ${h.host}${h.path}`), [
+    const hits = o.hits.slice(before);
+    assert.deepEqual(hits.map((h) => `${h.method} ${h.host}${h.path}`), [
       "GET ghe.corp.example/api/v3/repos/org/tool/releases/tags/v1",
       "HEAD ghe.corp.example/api/v3/repos/org/tool/releases/assets/42",
       "HEAD objects.storage.example/blob?sig=abc",
     ]);
+    // The caller's own fields go with the asset request, not with the metadata lookup.
+    assert.deepEqual(hits.map((h) => h.headers.get("x-trace")), [null, "t1", "t1"]);
   },
 );
 

@@ -13,6 +13,7 @@ import {
   parseReleaseDownload,
   type ReleaseApi,
   releaseApiFor,
+  releaseApiOnPort,
 } from "./releases.ts";
 import { authorizationHeader } from "./schemes.ts";
 import { entriesNotUsedReason, hasUserinfo } from "./entry_use.ts";
@@ -405,9 +406,11 @@ function route(
     if (ref) {
       const doFetch = (u: string, i: RequestInit) =>
         authFetch(u, i, { ...options, config, resolveReleases: false });
-      return fetchReleaseAsset(url, { api: plan.releaseApi, ref }, {
+      const api = releaseApiOnPort(plan.releaseApi, url.port);
+      return fetchReleaseAsset(url, { api, ref }, {
         doFetch,
         method: req.method,
+        headers: req.headers,
         signal: req.signal,
         verbose: options.verbose,
       });

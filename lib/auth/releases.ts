@@ -71,6 +71,17 @@ export function releaseApiFor(host: string, entries: readonly AuthEntry[]): Rele
   return { kind: "enterprise", base: `https://${host.includes(":") ? `[${host}]` : host}/api/v3` };
 }
 
+/**
+ * The API as reached from a download URL on a non-default port: an
+ * enterprise server's API is on the same port as its web pages.
+ */
+export function releaseApiOnPort(api: ReleaseApi, port: string): ReleaseApi {
+  if (api.kind !== "enterprise" || port === "") return api;
+  const base = new URL(api.base);
+  base.port = port;
+  return { kind: api.kind, base: `${base.origin}${base.pathname}` };
+}
+
 /** The metadata URL of a release. */
 export function releaseMetadataUrl(api: ReleaseApi, ref: ReleaseRef): string {
   const repo = `${encodeURIComponent(ref.owner)}/${encodeURIComponent(ref.repo)}`;
@@ -115,12 +126,20 @@ export function assetUrlProblem(api: ReleaseApi, ref: ReleaseRef, assetUrl: stri
 
 type Fetcher = (url: string, init: RequestInit) => Promise<Response>;
 
+/** Fields of the asset request that are forgekit's to set, not the caller's. */
+const ASSET_OWN = new Set(["accept", "authorization", "host", "cookie"]);
+
 /** Options of {@linkcode fetchReleaseAsset}. */
 export interface ReleaseFetchOptions {
   /** Makes each request (metadata, then asset), with auth.json's credentials. */
   doFetch: Fetcher;
   /** The caller's method for the asset (GET or HEAD); the metadata lookup is always GET. */
   method?: string;
+  /**
+   * The caller's own header fields (such as `Range`), sent with the asset
+   * request; the metadata lookup sends only its own.
+   */
+  headers?: readonly [string, string][];
   /** Aborts every request of the download. */
   signal?: AbortSignal | null;
   /** Receives one line per step, for `-v`. */
@@ -179,9 +198,7 @@ export async function fetchReleaseAsset(
     });
   }
   verbose?.(`* release download: asset ${asset.url}`);
-  return await doFetch(asset.url, {
-    method: options.method ?? "GET",
-    headers: { accept: "application/octet-stream" },
-    signal,
-  });
+  const headers = new Headers(options.headers?.filter(([k]) => !ASSET_OWN.has(k.toLowerCase())));
+  headers.set("accept", "application/octet-stream");
+  return await doFetch(asset.url, { method: options.method ?? "GET", headers, signal });
 }

@@ -1,6 +1,12 @@
 import assert from "node:assert/strict";
 import type { AuthEntry } from "./config.ts";
-import { assetUrlProblem, parseReleaseDownload, releaseApiFor } from "./releases.ts";
+import {
+  assetUrlProblem,
+  fetchReleaseAsset,
+  parseReleaseDownload,
+  releaseApiFor,
+  releaseApiOnPort,
+} from "./releases.ts";
 
 const entry = (hosts: string[]): AuthEntry => ({
   index: 0,
@@ -71,4 +77,58 @@ Deno.test("assetUrlProblem() accepts only the exact numeric asset endpoint of th
   const ghe = { kind: "enterprise" as const, base: "https://ghe.x/api/v3" };
   assert.equal(assetUrlProblem(ghe, ref, "https://ghe.x/api/v3/repos/o/r/releases/assets/1"), null);
   assert.match(assetUrlProblem(ghe, ref, "https://ghe.x/repos/o/r/releases/assets/1")!, /endpoint/);
+});
+
+Deno.test("releaseApiOnPort() keeps an enterprise server's port; github.com's API has none", () => {
+  const ghe = { kind: "enterprise" as const, base: "https://ghe.corp.example/api/v3" };
+  assert.deepEqual(releaseApiOnPort(ghe, "8443"), {
+    kind: "enterprise",
+    base: "https://ghe.corp.example:8443/api/v3",
+  });
+  assert.deepEqual(releaseApiOnPort(ghe, ""), ghe);
+  const gh = { kind: "github" as const, base: "https://api.github.com" };
+  assert.deepEqual(releaseApiOnPort(gh, "8443"), gh);
+});
+
+Deno.test("fetchReleaseAsset() resolves on the download's port and sends the caller's fields with the asset request", async () => {
+  const seen: { url: string; method: string; headers: [string, string][] }[] = [];
+  const doFetch = (url: string, init: RequestInit) => {
+    seen.push({
+      url,
+      method: init.method ?? "GET",
+      headers: [...new Headers(init.headers)],
+    });
+    return Promise.resolve(
+      url.includes("/releases/tags/")
+        ? Response.json({
+          assets: [{
+            name: "tool.bin",
+            url: "https://ghe.corp.example:8443/api/v3/repos/org/tool/releases/assets/42",
+          }],
+        })
+        : new Response("partial", { status: 206 }),
+    );
+  };
+  const url = new URL("https://ghe.corp.example:8443/org/tool/releases/download/v1/tool.bin");
+  const api = releaseApiOnPort(
+    { kind: "enterprise", base: "https://ghe.corp.example/api/v3" },
+    url.port,
+  );
+  const res = await fetchReleaseAsset(url, { api, ref: parseReleaseDownload(url)! }, {
+    doFetch,
+    headers: [["range", "bytes=0-6"], ["accept", "text/html"], ["x-trace", "t1"]],
+  });
+  assert.equal(res.status, 206);
+  assert.deepEqual(seen.map((s) => s.url), [
+    "https://ghe.corp.example:8443/api/v3/repos/org/tool/releases/tags/v1",
+    "https://ghe.corp.example:8443/api/v3/repos/org/tool/releases/assets/42",
+  ]);
+  // The metadata lookup carries only its own fields; the asset request the caller's, with
+  // forgekit's Accept (which the asset endpoint needs) in place of theirs.
+  assert.equal(seen[0].headers.find(([k]) => k === "range"), undefined);
+  assert.deepEqual(seen[1].headers, [
+    ["accept", "application/octet-stream"],
+    ["range", "bytes=0-6"],
+    ["x-trace", "t1"],
+  ]);
 });
