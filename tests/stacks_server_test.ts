@@ -7,63 +7,18 @@
 import assert from "node:assert/strict";
 import { createHmac } from "node:crypto";
 import { join } from "node:path";
-import { openSqliteStore } from "../lib/stacks/mod.ts";
-import { runForgekit, spawnForgekit } from "./support/cli.ts";
+import { runForgekit } from "./support/cli.ts";
+import {
+  apiCaller,
+  clientEnv,
+  createToken,
+  seedStacks,
+  startStacksServer,
+} from "./support/stacks_server.ts";
 
 const SHA = (c: string) => c.repeat(40);
 
-interface Server {
-  url: string;
-  child: Deno.ChildProcess;
-  stop(): Promise<void>;
-}
-
-async function startServer(db: string, extra: string[] = []): Promise<Server> {
-  const child = spawnForgekit(["stacks", "serve", "--db", db, "--port", "0", ...extra]);
-  const reader = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
-  let buf = "";
-  while (!buf.includes("\n")) {
-    const { value, done } = await reader.read();
-    if (done) throw new Error(`server exited: ${buf}`);
-    buf += value;
-  }
-  reader.releaseLock();
-  const m = /listening on (http:\/\/127\.0\.0\.1:\d+) \(db (.+)\)/.exec(buf);
-  assert.ok(m, buf);
-  assert.equal(m[2], db);
-  return {
-    url: m[1],
-    child,
-    async stop() {
-      child.kill("SIGTERM");
-      const status = await child.status;
-      await child.stdout.cancel().catch(() => {});
-      await child.stderr.cancel().catch(() => {});
-      assert.equal(status.code, 0, "SIGTERM stops the server cleanly");
-    },
-  };
-}
-
-async function token(db: string, user: string): Promise<string> {
-  const r = await runForgekit(["stacks", "token", "create", "--user", user, "--db", db]);
-  assert.equal(r.code, 0, r.stderr);
-  assert.match(r.stdout, /^fks_[0-9a-f]{60}\n$/);
-  return r.stdout.trim();
-}
-
-function api(base: string, tok: string) {
-  return async (method: string, path: string, body?: unknown) => {
-    const res = await fetch(`${base}${path}`, {
-      method,
-      headers: { authorization: `token ${tok}`, "content-type": "application/json" },
-      body: body === undefined ? undefined : JSON.stringify(body),
-    });
-    const text = await res.text();
-    return { status: res.status, json: text ? JSON.parse(text) : null };
-  };
-}
-
-async function seed(call: ReturnType<typeof api>, n: number, name = "app") {
+async function seed(call: ReturnType<typeof apiCaller>, n: number, name = "app") {
   assert.equal(
     (await call("POST", "/user/repos", { name, allow_stacked_pull_requests: true })).status,
     201,
@@ -81,27 +36,6 @@ async function seed(call: ReturnType<typeof api>, n: number, name = "app") {
     );
     base = `b${i}`;
   }
-}
-
-/**
- * The environment for `forgekit stack` against `url`: an auth.json in `dir`
- * whose codehost entry for 127.0.0.1 sends `tok`.
- */
-async function clientEnv(dir: string, url: string, tok: string): Promise<Record<string, string>> {
-  const authFile = join(dir, "auth.json");
-  await Deno.writeTextFile(
-    authFile,
-    JSON.stringify({
-      providers: [{
-        hosts: ["127.0.0.1"],
-        provider: "codehost",
-        auth: "bearer",
-        token_env: "STACKS_TOKEN",
-      }],
-    }),
-    { mode: 0o600 },
-  );
-  return { FORGEKIT_AUTH_FILE: authFile, STACKS_TOKEN: tok, FORGEKIT_API_URL: url };
 }
 
 function freePort(): number {
@@ -148,17 +82,17 @@ async function until(what: string, cond: () => boolean | Promise<boolean>, ms = 
 Deno.test("the server keeps everything across a restart and answers under /api/v3 too", async () => {
   const dir = await Deno.makeTempDir({ prefix: "forgekit-srv-" });
   const db = join(dir, "data", "stacks.db");
-  const tok = await token(db, "alice");
-  let s = await startServer(db);
+  const tok = await createToken(db, "alice");
+  let s = await startStacksServer(db);
   try {
-    await seed(api(s.url, tok), 2);
-    const created = await api(s.url, tok)("POST", "/repos/alice/app/stacks", {
+    await seed(apiCaller(s.url, tok), 2);
+    const created = await apiCaller(s.url, tok)("POST", "/repos/alice/app/stacks", {
       pull_requests: [1, 2],
     });
     assert.equal(created.status, 201);
     await s.stop();
-    s = await startServer(db);
-    const call = api(s.url, tok);
+    s = await startStacksServer(db);
+    const call = apiCaller(s.url, tok);
     const stack = await call("GET", "/api/v3/repos/alice/app/stacks/1");
     assert.equal(stack.status, 200);
     assert.deepEqual(stack.json.pull_requests.map((p: { number: number }) => p.number), [1, 2]);
@@ -188,17 +122,17 @@ Deno.test("the server keeps everything across a restart and answers under /api/v
 Deno.test("two servers on one database racing to stack overlapping pull requests: exactly one wins", async () => {
   const dir = await Deno.makeTempDir({ prefix: "forgekit-race-" });
   const db = join(dir, "stacks.db");
-  const tok = await token(db, "alice");
-  const a = await startServer(db);
-  const b = await startServer(db);
+  const tok = await createToken(db, "alice");
+  const a = await startStacksServer(db);
+  const b = await startStacksServer(db);
   try {
-    await seed(api(a.url, tok), 4);
+    await seed(apiCaller(a.url, tok), 4);
     const bodies = [[1, 2], [1, 2, 3], [2, 3], [2, 3, 4], [3, 4], [1, 2, 3, 4]];
     const results = await Promise.all(
       Array.from(
         { length: 24 },
         (_, i) =>
-          api(i % 2 ? a.url : b.url, tok)("POST", "/repos/alice/app/stacks", {
+          apiCaller(i % 2 ? a.url : b.url, tok)("POST", "/repos/alice/app/stacks", {
             pull_requests: bodies[i % bodies.length],
           }),
       ),
@@ -208,7 +142,7 @@ Deno.test("two servers on one database racing to stack overlapping pull requests
     const winners = results.filter((r) => r.status === 201);
     // Every body overlaps every other (each contains #2 or #3, and each pair shares one), so one stack at most… at least one.
     assert.equal(winners.length, 1, statuses.join(","));
-    const list = await api(b.url, tok)("GET", "/repos/alice/app/stacks");
+    const list = await apiCaller(b.url, tok)("GET", "/repos/alice/app/stacks");
     assert.equal(list.json.length, 1);
     assert.ok(
       results.some((r) => r.status === 422 && /already stacked/.test(JSON.stringify(r.json))),
@@ -223,13 +157,13 @@ Deno.test("two servers on one database racing to stack overlapping pull requests
 Deno.test("webhooks reach a receiver that checks the signature, after it comes back and after a server restart", async () => {
   const dir = await Deno.makeTempDir({ prefix: "forgekit-hook-" });
   const db = join(dir, "stacks.db");
-  const tok = await token(db, "alice");
+  const tok = await createToken(db, "alice");
   const port = freePort();
   const got: Received[] = [];
-  let s = await startServer(db, ["--hook-backoff-ms", "100"]);
+  let s = await startStacksServer(db, ["--hook-backoff-ms", "100"]);
   let receiver: Deno.HttpServer | null = null;
   try {
-    const call = api(s.url, tok);
+    const call = apiCaller(s.url, tok);
     await call("POST", "/user/repos", { name: "app", allow_stacked_pull_requests: true });
     const hook = await call("POST", "/repos/alice/app/hooks", {
       config: { url: `http://127.0.0.1:${port}/hook`, secret: "hook-secret", content_type: "json" },
@@ -281,7 +215,7 @@ Deno.test("webhooks reach a receiver that checks the signature, after it comes b
     await call("PATCH", "/repos/alice/app/pulls/1", { title: "renamed while down" });
     await s.stop();
     receiver = startReceiver(port, "hook-secret", got);
-    s = await startServer(db, ["--hook-backoff-ms", "100"]);
+    s = await startStacksServer(db, ["--hook-backoff-ms", "100"]);
     await until(
       "the event from before the restart",
       () =>
@@ -300,21 +234,21 @@ Deno.test("webhooks reach a receiver that checks the signature, after it comes b
 Deno.test("two servers on one database send each delivery once", async () => {
   const dir = await Deno.makeTempDir({ prefix: "forgekit-hook2-" });
   const db = join(dir, "stacks.db");
-  const tok = await token(db, "alice");
+  const tok = await createToken(db, "alice");
   const port = freePort();
-  const a = await startServer(db, ["--hook-backoff-ms", "20"]);
-  const b = await startServer(db, ["--hook-backoff-ms", "20"]);
+  const a = await startStacksServer(db, ["--hook-backoff-ms", "20"]);
+  const b = await startStacksServer(db, ["--hook-backoff-ms", "20"]);
   const got: string[] = [];
   let receiver: Deno.HttpServer | null = null;
   try {
-    const call = api(a.url, tok);
+    const call = apiCaller(a.url, tok);
     await call("POST", "/user/repos", { name: "app" });
     const hook = await call("POST", "/repos/alice/app/hooks", {
       config: { url: `http://127.0.0.1:${port}/hook`, content_type: "json" },
       events: ["pull_request"],
     });
     for (let i = 1; i <= 8; i++) {
-      const c = api(i % 2 ? a.url : b.url, tok);
+      const c = apiCaller(i % 2 ? a.url : b.url, tok);
       await c("POST", "/repos/alice/app/git/refs", { ref: `refs/heads/b${i}`, sha: SHA("1") });
       await c("POST", "/repos/alice/app/pulls", { title: `${i}`, head: `b${i}`, base: "main" });
     }
@@ -346,9 +280,9 @@ Deno.test("two servers on one database send each delivery once", async () => {
 Deno.test("a delivery in flight when the server is killed is sent after it starts again", async () => {
   const dir = await Deno.makeTempDir({ prefix: "forgekit-hookkill-" });
   const db = join(dir, "stacks.db");
-  const tok = await token(db, "alice");
+  const tok = await createToken(db, "alice");
   const port = freePort();
-  let s = await startServer(db, ["--hook-backoff-ms", "50"]);
+  let s = await startStacksServer(db, ["--hook-backoff-ms", "50"]);
   const got: string[] = [];
   let release!: () => void;
   const released = new Promise<void>((r) => release = r);
@@ -359,7 +293,7 @@ Deno.test("a delivery in flight when the server is killed is sent after it start
     return new Response("ok");
   });
   try {
-    const call = api(s.url, tok);
+    const call = apiCaller(s.url, tok);
     await call("POST", "/user/repos", { name: "app" });
     const hook = await call("POST", "/repos/alice/app/hooks", {
       config: { url: `http://127.0.0.1:${port}/hook`, content_type: "json" },
@@ -372,11 +306,11 @@ Deno.test("a delivery in flight when the server is killed is sent after it start
     await s.child.status;
     await s.child.stdout.cancel().catch(() => {});
     await s.child.stderr.cancel().catch(() => {});
-    s = await startServer(db, ["--hook-backoff-ms", "50"]);
+    s = await startStacksServer(db, ["--hook-backoff-ms", "50"]);
     await until("the delivery again", () => got.length === 2, 30_000);
     assert.equal(got[1], got[0], "the same delivery");
     const listing = () =>
-      api(s.url, tok)("GET", `/repos/alice/app/hooks/${hook.json.id}/deliveries`);
+      apiCaller(s.url, tok)("GET", `/repos/alice/app/hooks/${hook.json.id}/deliveries`);
     await until("it to be recorded", async () => (await listing()).json[0].status === "OK");
     assert.equal((await listing()).json.length, 1);
   } finally {
@@ -390,10 +324,10 @@ Deno.test("a delivery in flight when the server is killed is sent after it start
 Deno.test("forgekit stack list/view/create/add/unstack against the running server, through auth.json", async () => {
   const dir = await Deno.makeTempDir({ prefix: "forgekit-client-" });
   const db = join(dir, "stacks.db");
-  const tok = await token(db, "alice");
-  const s = await startServer(db);
+  const tok = await createToken(db, "alice");
+  const s = await startStacksServer(db);
   try {
-    await seed(api(s.url, tok), 4);
+    await seed(apiCaller(s.url, tok), 4);
     const env = await clientEnv(dir, s.url, tok);
     const fk = (args: string[]) => runForgekit(["stack", ...args, "--repo", "alice/app"], { env });
 
@@ -447,40 +381,11 @@ Deno.test("forgekit stack list/view/create/add/unstack against the running serve
 Deno.test("forgekit stack list shows every stack, past the API's 100 per page", async () => {
   const dir = await Deno.makeTempDir({ prefix: "forgekit-client-pages-" });
   const db = join(dir, "stacks.db");
-  const tok = await token(db, "alice");
+  const tok = await createToken(db, "alice");
   // 101 two-pull stacks, written straight to the database: the point is the
   // listing, and 500 API calls would only make the test slow.
-  const store = openSqliteStore(db);
-  await store.transaction(async () => {
-    const alice = (await store.userByLogin("alice"))!;
-    const repo = await store.createRepo({
-      owner_id: alice.id,
-      name: "app",
-      private: false,
-      allow_stacked_pull_requests: true,
-      default_branch: "main",
-    });
-    for (let i = 1; i <= 101; i++) {
-      const stack = await store.insertStack(repo.id, "main");
-      let base = "main";
-      for (const [position, head] of [`s${i}a`, `s${i}b`].entries()) {
-        const p = await store.insertPull({
-          repo_id: repo.id,
-          user_id: alice.id,
-          title: head,
-          body: null,
-          draft: false,
-          head_ref: head,
-          head_sha: SHA("1"),
-          base_ref: base,
-        });
-        await store.updatePull(p.id, { stack_id: stack.id, stack_position: position + 1 });
-        base = head;
-      }
-    }
-  });
-  await store.close();
-  const s = await startServer(db);
+  await seedStacks(db, 101);
+  const s = await startStacksServer(db);
   try {
     const env = await clientEnv(dir, s.url, tok);
     const list = await runForgekit(["stack", "list", "--json", "--repo", "alice/app"], { env });

@@ -6,13 +6,15 @@
 import { Hono } from "hono";
 import { HTTPException } from "hono/http-exception";
 import { createHash } from "node:crypto";
-import { ApiError, errorBody } from "./api_error.ts";
+import { ApiError, errorBody, storeApiError } from "./api_error.ts";
 import type { Env } from "./http.ts";
 import { hookRoutes } from "./routes_hooks.ts";
 import { pullRoutes } from "./routes_pulls.ts";
 import { repoRoutes } from "./routes_repos.ts";
+import { type CachedResponse, ResponseCache, type ResponseCacheOptions } from "./response_cache.ts";
 import { stackRoutes } from "./routes_stacks.ts";
 import type { Store } from "./store.ts";
+import { StoreError } from "./store_error.ts";
 
 /** API versions accepted in `X-GitHub-Api-Version`. */
 export const API_VERSIONS = ["2022-11-28", "2026-03-10"];
@@ -22,34 +24,11 @@ export interface AppOptions {
   store: Store;
   /** Called after a change queued webhook deliveries. */
   notify?: () => void;
-  /** Cache GET responses until the data changes (default true). */
-  cache?: boolean;
-}
-
-interface Cached {
-  version: number;
-  body: Uint8Array<ArrayBuffer>;
-  headers: [string, string][];
-  etag: string;
-}
-
-/** A small LRU of GET responses, keyed by user and URL. */
-class ResponseCache {
-  #map = new Map<string, Cached>();
-  constructor(private max = 512) {}
-  get(key: string): Cached | undefined {
-    const hit = this.#map.get(key);
-    if (hit) {
-      this.#map.delete(key);
-      this.#map.set(key, hit);
-    }
-    return hit;
-  }
-  set(key: string, value: Cached) {
-    this.#map.delete(key);
-    this.#map.set(key, value);
-    if (this.#map.size > this.max) this.#map.delete(this.#map.keys().next().value!);
-  }
+  /**
+   * Cache GET responses until the data changes (default true: up to 32 MiB,
+   * bodies up to 1 MiB each); false, or the limits.
+   */
+  cache?: boolean | ResponseCacheOptions;
 }
 
 /** Headers that belong to one request, not to the cached representation. */
@@ -72,7 +51,7 @@ function noneMatchHits(ifNoneMatch: string, etag: string): boolean {
 }
 
 function cachedResponse(
-  hit: Cached,
+  hit: CachedResponse,
   request: { id: string; ifNoneMatch?: string; apiVersion?: string },
 ): Response {
   const headers = new Headers(hit.headers);
@@ -108,7 +87,9 @@ export function createApp(options: AppOptions): Hono<Env> {
   api.route("/", stackRoutes());
   api.route("/", hookRoutes());
 
-  const cache = options.cache === false ? null : new ResponseCache();
+  const cache = options.cache === false
+    ? null
+    : new ResponseCache(options.cache === true ? {} : options.cache);
   const app = new Hono<Env>();
   app.use("*", async (c, next) => {
     const requestId = crypto.randomUUID().replace(/-/g, "").slice(0, 20).toUpperCase();
@@ -150,15 +131,15 @@ export function createApp(options: AppOptions): Hono<Env> {
     const request = { id: requestId, ifNoneMatch: c.req.header("if-none-match"), apiVersion };
     const key = `${c.get("user")?.id ?? 0} ${c.req.url}`;
     const version = await options.store.dataVersion();
-    const hit = cache?.get(key);
-    if (hit && hit.version === version) {
+    const hit = cache?.get(key, version);
+    if (hit) {
       c.res = cachedResponse(hit, request);
       return;
     }
     await next();
     if (c.res.status === 200) {
       const body = new Uint8Array(await c.res.arrayBuffer());
-      const entry: Cached = {
+      const entry: CachedResponse = {
         version,
         body,
         headers: [...c.res.headers].filter(([k]) => !HEADERS_NOT_CACHED.has(k)),
@@ -172,8 +153,19 @@ export function createApp(options: AppOptions): Hono<Env> {
   app.route("/api/v3", api);
   app.notFound((c) => c.json(errorBody(404, "Not Found"), 404));
   app.onError((err, c) => {
+    if (err instanceof StoreError) {
+      // The operator needs to know; the client gets why, without the server's paths.
+      let root: unknown = err;
+      while (root instanceof Error && root.cause instanceof Error) root = root.cause;
+      const why =
+        root instanceof Error && !err.message.toLowerCase().includes(root.message.toLowerCase())
+          ? ` (${root.message})`
+          : "";
+      console.error(`forgekit stacks: ${c.req.method} ${c.req.path}: ${err.message}${why}`);
+      err = storeApiError(err);
+    }
     if (err instanceof ApiError) {
-      return c.json(errorBody(err.status, err.message, err.errors), err.status);
+      return c.json(errorBody(err.status, err.message, err.errors), err.status, err.headers);
     }
     if (err instanceof HTTPException) {
       return c.json(errorBody(err.status, err.message || "Error"), err.status);

@@ -10,6 +10,8 @@ import {
   usageError,
   wantsHelp,
 } from "../cli/mod.ts";
+import { errorDetails } from "./error_details.ts";
+import { nextLink, onApiOrigin } from "./link_header.ts";
 
 const HELP = `forgekit stack: list, view, create, extend and dissolve pull-request stacks
 
@@ -27,6 +29,7 @@ Options:
   --api-url URL       API base (default $FORGEKIT_API_URL or https://api.github.com)
   --auth-file PATH    Credentials file (default ~/.forgekit/auth.json); the codehost
                       entry for the API host authenticates
+  --timeout SECS      Give up on a request not answered within SECS (default 60)
   --json              Print the API's JSON
   -h, --help          Show help
 
@@ -39,8 +42,12 @@ const COMMON = {
   repo: { type: "string" },
   "api-url": { type: "string" },
   "auth-file": { type: "string" },
+  timeout: { type: "string" },
   json: { type: "boolean" },
 } as const;
+
+/** Seconds a request may take, headers and body, unless --timeout says otherwise. */
+const DEFAULT_TIMEOUT_SECONDS = 60;
 
 interface StackJson {
   number: number;
@@ -72,10 +79,27 @@ function statusAdvice(status: number, url: string): string {
 const NOT_AN_API =
   "check --api-url: it must be the API base, e.g. https://api.github.com or https://HOST/api/v3";
 
+/** What a call gave back: the parsed JSON (null for 204) and the response headers. */
+interface Reply {
+  json: unknown;
+  headers: Headers;
+}
+
 class Client {
-  constructor(private base: string, private authFile?: string) {}
-  async call(method: string, path: string, body?: unknown): Promise<unknown> {
-    const url = `${this.base}${path}`;
+  constructor(
+    readonly base: string,
+    private options: { authFile?: string; timeoutMs: number },
+  ) {}
+
+  /** The URL of `target`: a path under the API base, or already a full URL (a next page). */
+  url(target: string): string {
+    return target.startsWith("/") ? `${this.base}${target}` : target;
+  }
+
+  async call(method: string, target: string, body?: unknown): Promise<Reply> {
+    const url = this.url(target);
+    const path = url.startsWith(this.base) ? url.slice(this.base.length) : url;
+    const signal = AbortSignal.timeout(this.options.timeoutMs);
     let res: Response;
     let text: string;
     try {
@@ -87,30 +111,34 @@ class Client {
           ...(body !== undefined ? { "content-type": "application/json" } : {}),
         },
         body: body !== undefined ? JSON.stringify(body) : undefined,
-      }, { authFile: this.authFile });
+        signal,
+      }, { authFile: this.options.authFile });
       text = await res.text();
     } catch (err) {
+      if (signal.aborted) {
+        const secs = this.options.timeoutMs / 1000;
+        throw new CliError(
+          `${this.base} did not answer ${method} ${path} within ${secs} s`,
+          {
+            hint: "the server may be overloaded or stuck: try again later, or raise --timeout",
+            cause: err,
+          },
+        );
+      }
       if (err instanceof CliError) throw err;
       throw new CliError(`Cannot reach ${this.base}: ${method} ${path} failed`, {
         hint: "is the server running? check --api-url or FORGEKIT_API_URL, and the network",
         cause: err,
       });
     }
-    if (res.status === 204) return null;
+    if (res.status === 204) return { json: null, headers: res.headers };
     let json: unknown = undefined;
     try {
       json = JSON.parse(text);
     } catch { /* not JSON */ }
     if (!res.ok) {
-      const j = json as
-        | {
-          message?: unknown;
-          errors?: { message?: string; code?: string; field?: string }[];
-        }
-        | null
-        | undefined;
-      const errors = Array.isArray(j?.errors) ? j.errors : [];
-      const details = errors.map((e) => e?.message ?? `${e?.field} ${e?.code}`).join("; ");
+      const j = json as { message?: unknown; errors?: unknown } | null | undefined;
+      const details = errorDetails(j?.errors);
       const msg = typeof j?.message === "string" && j.message
         ? `${j.message}${details ? `: ${details}` : ""}`
         : `${res.status} ${res.statusText}`;
@@ -123,7 +151,7 @@ class Client {
         hint: NOT_AN_API,
       });
     }
-    return json;
+    return { json, headers: res.headers };
   }
 
   /** A call whose answer must pass `check`, else a clear error naming what was expected. */
@@ -132,13 +160,22 @@ class Client {
     check: (v: unknown) => v is T,
     req: { method: string; path: string; body?: unknown },
   ): Promise<T> {
-    const v = await this.call(req.method, req.path, req.body);
-    if (!check(v)) {
-      throw new CliError(`${req.method} ${this.base}${req.path} did not return ${what}`, {
+    return (await this.expectReply(what, check, req)).value;
+  }
+
+  /** {@linkcode Client.expect}, with the response headers (a listing's `Link`). */
+  async expectReply<T>(
+    what: string,
+    check: (v: unknown) => v is T,
+    req: { method: string; path: string; body?: unknown },
+  ): Promise<{ value: T; headers: Headers }> {
+    const { json, headers } = await this.call(req.method, req.path, req.body);
+    if (!check(json)) {
+      throw new CliError(`${req.method} ${this.url(req.path)} did not return ${what}`, {
         hint: NOT_AN_API,
       });
     }
-    return v;
+    return { value: json, headers };
   }
 }
 
@@ -197,10 +234,24 @@ function setup(command: string, args: string[], extra: Record<string, { type: "s
   if (parsed.protocol !== "https:" && parsed.protocol !== "http:") {
     throw usageError(`${option} must be an https:// or http:// URL (got: ${apiUrl})`, example);
   }
+  const timeout = values.timeout as string | undefined;
+  const seconds = timeout === undefined ? DEFAULT_TIMEOUT_SECONDS : Number(timeout);
+  if (
+    timeout !== undefined &&
+    (!/^\d+(\.\d+)?$/.test(timeout) || !(seconds > 0) || seconds > 86_400)
+  ) {
+    throw usageError(
+      `--timeout must be a number of seconds above 0, at most 86400 (got: ${timeout})`,
+      `e.g. --timeout ${DEFAULT_TIMEOUT_SECONDS}`,
+    );
+  }
   return {
     values,
     positionals,
-    client: new Client(apiUrl, values["auth-file"] as string | undefined),
+    client: new Client(apiUrl, {
+      authFile: values["auth-file"] as string | undefined,
+      timeoutMs: Math.round(seconds * 1000),
+    }),
     repoPath: `/repos/${repo}`,
     json: values.json === true,
   };
@@ -258,19 +309,41 @@ async function list(args: string[]): Promise<number> {
   const q = pr
     ? `?pull_request=${numbers([pr], "--pull-request")[0]}&per_page=100`
     : "?per_page=100";
-  // The API gives at most 100 a page: read pages until one comes back short.
-  // A page that repeats a stack (a server ignoring `page`) also ends it.
+  // Follow rel="next" while the server sends Link headers; without them, read
+  // pages until a short one. A stack created meanwhile pushes the others one
+  // place down, so a page may repeat the last of the one before: repeats are
+  // dropped. A page of nothing new (a server ignoring `page`) ends the list.
   const stacks: StackJson[] = [];
   const seen = new Set<number>();
+  const asked = new Set<string>();
+  let url = client.url(`${repoPath}/stacks${q}&page=1`);
   for (let page = 1;; page++) {
-    const batch = await client.expect("stacks", isStackList, {
+    asked.add(url);
+    const { value: batch, headers } = await client.expectReply("stacks", isStackList, {
       method: "GET",
-      path: `${repoPath}/stacks${q}&page=${page}`,
+      path: url,
     });
     const fresh = batch.filter((s) => !seen.has(s.number));
     for (const s of fresh) seen.add(s.number);
     stacks.push(...fresh);
-    if (batch.length < 100 || fresh.length < batch.length) break;
+    if (fresh.length === 0) break;
+    const link = headers.get("link");
+    if (link === null) {
+      if (batch.length < 100) break;
+      url = client.url(`${repoPath}/stacks${q}&page=${page + 1}`);
+    } else {
+      const next = nextLink(link);
+      if (next === null) break;
+      try {
+        url = onApiOrigin(next, client.base);
+      } catch (err) {
+        throw new CliError(`GET ${url} returned a Link header the client cannot follow`, {
+          hint: NOT_AN_API,
+          cause: err,
+        });
+      }
+    }
+    if (asked.has(url)) break;
   }
   if (json) printJson(stacks);
   else if (stacks.length === 0) console.log("no stacks");

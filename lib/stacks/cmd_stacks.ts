@@ -38,6 +38,8 @@ Options:
   --host HOST            Address to listen on (default 127.0.0.1)
   --port PORT            Port (default 8080; 0 picks a free one)
   --hook-backoff-ms MS   First webhook retry delay, doubling per attempt (default 2000)
+  --busy-timeout-ms MS   How long a write waits for another process's lock on the
+                         database before it is answered 503 (default 5000)
 
 The API is served at the root (like api.github.com) and under /api/v3 (like an
 enterprise server). Prints one line with the URL. SIGINT/SIGTERM stop it cleanly.`;
@@ -49,11 +51,11 @@ Usage: forgekit stacks token create --user NAME [--db PATH]
 Creates the user if needed and prints only the token on stdout. Tokens are
 stored hashed (SHA-256); a lost token cannot be shown again.`;
 
-async function openStore(path: string): Promise<Store> {
+async function openStore(path: string, busyTimeoutMs?: number): Promise<Store> {
   let made: string | null = null;
   try {
     if (path !== ":memory:") made = await makeDirs(dirname(path));
-    return openSqliteStore(path);
+    return openSqliteStore(path, { busyTimeoutMs });
   } catch (err) {
     // A database that cannot be opened leaves no directory of ours behind.
     if (made) await Deno.remove(made, { recursive: true }).catch(() => {});
@@ -102,6 +104,7 @@ async function serve(args: string[]): Promise<number> {
     host: { type: "string" },
     port: { type: "string" },
     "hook-backoff-ms": { type: "string" },
+    "busy-timeout-ms": { type: "string" },
   });
   if (positionals.length) {
     throw usageError(`Unexpected argument: ${positionals[0]}`, "run: forgekit stacks serve --help");
@@ -111,6 +114,11 @@ async function serve(args: string[]): Promise<number> {
     fallback: 2000,
     min: 1, // 0 would spend every retry at once: a receiver down for a moment loses the event
     max: 3_600_000,
+  });
+  const busyTimeoutMs = intOption("busy-timeout-ms", values["busy-timeout-ms"], {
+    fallback: 5000,
+    min: 0,
+    max: 600_000,
   });
   const db = values.db ?? DEFAULT_DB;
   const hostname = values.host ?? "127.0.0.1";
@@ -128,7 +136,7 @@ async function serve(args: string[]): Promise<number> {
   }
   let store: Store;
   try {
-    store = await openStore(db);
+    store = await openStore(db, busyTimeoutMs);
   } catch (err) {
     ac.abort();
     await server.finished;

@@ -279,6 +279,13 @@ Deno.test("a database from before content_type keeps sending its hooks JSON", as
     id INTEGER PRIMARY KEY, repo_id INTEGER NOT NULL, url TEXT NOT NULL, secret TEXT, events TEXT NOT NULL,
     active INTEGER NOT NULL, created_at TEXT NOT NULL, updated_at TEXT NOT NULL);
     INSERT INTO hooks VALUES (1, 1, 'http://127.0.0.1:9/', NULL, '["*"]', 1, 'x', 'x');
+    CREATE TABLE pulls (
+      id INTEGER PRIMARY KEY, repo_id INTEGER NOT NULL, number INTEGER NOT NULL, user_id INTEGER NOT NULL,
+      title TEXT NOT NULL, body TEXT, state TEXT NOT NULL, draft INTEGER NOT NULL,
+      head_ref TEXT NOT NULL, head_sha TEXT NOT NULL, base_ref TEXT NOT NULL,
+      created_at TEXT NOT NULL, updated_at TEXT NOT NULL, closed_at TEXT, merged_at TEXT, merge_commit_sha TEXT,
+      stack_id INTEGER, stack_position INTEGER, UNIQUE (repo_id, number));
+    CREATE INDEX pulls_base ON pulls (repo_id, base_ref);
     PRAGMA user_version = 1;`);
   v1.close();
   const store = openSqliteStore(path);

@@ -4,6 +4,12 @@
  * The SQLite implementation of {@linkcode Store}: one file, WAL, a writer
  * connection for serialised `BEGIN IMMEDIATE` transactions and a reader
  * connection that sees only committed data.
+ *
+ * node:sqlite is synchronous: a connection that waits for a lock blocks the
+ * whole server. So the writer never waits inside SQLite (busy_timeout 0):
+ * while another process holds the write lock, BEGIN IMMEDIATE is tried
+ * again after short sleeps, and reads go on meanwhile (WAL readers need no
+ * lock). Locks, a full disk and I/O errors are thrown as StoreError.
  */
 import { AsyncLocalStorage } from "node:async_hooks";
 import { DatabaseSync, type SQLInputValue, type StatementSync } from "node:sqlite";
@@ -16,14 +22,19 @@ import type {
   StackRow,
   UserRow,
 } from "./model.ts";
+import { PULL_LIST_INDEXES, pullListQuery } from "./pull_list_query.ts";
+import { sqliteFailure } from "./sqlite_failure.ts";
 import type { NewPull, Page, PullFilter, PullPatch, Store } from "./store.ts";
+import { StoreError } from "./store_error.ts";
 
-const SCHEMA_VERSION = 2;
+const SCHEMA_VERSION = 3;
 
 /** What takes a database from version `n - 1` to `n` (version 0, a new one, gets SCHEMA). */
 const MIGRATIONS: Record<number, string> = {
   // Hooks made before content_type existed were sent JSON, and still are.
   2: "ALTER TABLE hooks ADD COLUMN content_type TEXT NOT NULL DEFAULT 'json';",
+  // Pull listings read in index order instead of sorting every pull request.
+  3: `DROP INDEX IF EXISTS pulls_base; ${PULL_LIST_INDEXES}`,
 };
 
 const SCHEMA = `
@@ -47,7 +58,6 @@ CREATE TABLE IF NOT EXISTS pulls (
   stack_id INTEGER REFERENCES stacks(id), stack_position INTEGER, UNIQUE (repo_id, number));
 CREATE INDEX IF NOT EXISTS pulls_stack ON pulls (stack_id, stack_position);
 CREATE INDEX IF NOT EXISTS pulls_head ON pulls (repo_id, head_ref);
-CREATE INDEX IF NOT EXISTS pulls_base ON pulls (repo_id, base_ref);
 CREATE TABLE IF NOT EXISTS hooks (
   id INTEGER PRIMARY KEY, repo_id INTEGER NOT NULL, url TEXT NOT NULL, secret TEXT, events TEXT NOT NULL,
   active INTEGER NOT NULL, created_at TEXT NOT NULL, updated_at TEXT NOT NULL, content_type TEXT NOT NULL);
@@ -58,7 +68,7 @@ CREATE TABLE IF NOT EXISTS deliveries (
   redelivery INTEGER NOT NULL, created_at TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS deliveries_due ON deliveries (status, next_attempt_at);
 CREATE INDEX IF NOT EXISTS deliveries_hook ON deliveries (hook_id, id);
-`;
+${PULL_LIST_INDEXES}`;
 
 type Row = Record<string, SQLInputValue>;
 
@@ -154,17 +164,34 @@ const PULL_SELECT =
 const REPO_SELECT =
   "SELECT r.*, u.login AS owner_login FROM repos r JOIN users u ON u.id = r.owner_id";
 
+/** A statement's error as a StoreError when it is a storage failure, else as it is. */
+function failure(err: unknown): unknown {
+  return sqliteFailure(err) ?? err;
+}
+
 class Connection {
   #db: DatabaseSync;
   #stmts = new Map<string, StatementSync>();
-  constructor(path: string) {
-    this.#db = new DatabaseSync(path);
-    this.#db.exec(
-      "PRAGMA busy_timeout = 10000; PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;",
-    );
+  constructor(path: string, busyTimeoutMs: number) {
+    try {
+      this.#db = new DatabaseSync(path);
+      this.#db.exec(
+        `PRAGMA busy_timeout = ${busyTimeoutMs}; PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;`,
+      );
+    } catch (err) {
+      throw failure(err);
+    }
+  }
+  /** Whether a transaction is open (SQLite ends one itself on some errors, e.g. a full disk). */
+  get inTransaction(): boolean {
+    return this.#db.isTransaction;
   }
   exec(sql: string) {
-    this.#db.exec(sql);
+    try {
+      this.#db.exec(sql);
+    } catch (err) {
+      throw failure(err);
+    }
   }
   stmt(sql: string): StatementSync {
     let s = this.#stmts.get(sql);
@@ -172,29 +199,64 @@ class Connection {
     return s;
   }
   get(sql: string, ...args: SQLInputValue[]): Row | undefined {
-    return this.stmt(sql).get(...args) as Row | undefined;
+    try {
+      return this.stmt(sql).get(...args) as Row | undefined;
+    } catch (err) {
+      throw failure(err);
+    }
   }
   all(sql: string, ...args: SQLInputValue[]): Row[] {
-    return this.stmt(sql).all(...args) as Row[];
+    try {
+      return this.stmt(sql).all(...args) as Row[];
+    } catch (err) {
+      throw failure(err);
+    }
   }
   run(sql: string, ...args: SQLInputValue[]) {
-    return this.stmt(sql).run(...args);
+    try {
+      return this.stmt(sql).run(...args);
+    } catch (err) {
+      throw failure(err);
+    }
+  }
+  /** Ends the open transaction, if SQLite has not already; never hides the error that led here. */
+  rollback() {
+    if (!this.inTransaction) return;
+    try {
+      this.#db.exec("ROLLBACK");
+    } catch { /* the caller rethrows the error that made it roll back */ }
   }
   close() {
     this.#db.close();
   }
 }
 
+/** Options of {@linkcode openSqliteStore}. */
+export interface SqliteStoreOptions {
+  /**
+   * How long a transaction waits for another process's write lock before it
+   * fails with a `busy` StoreError (default 5000 ms). The wait is a series of
+   * short sleeps, so the server answers other requests meanwhile.
+   */
+  busyTimeoutMs?: number;
+}
+
+/** A reader waits inside SQLite, blocking, but only in rare moments (WAL recovery): briefly. */
+const READER_BUSY_TIMEOUT_MS = 250;
+
+/** Opening and migrating happen once, before serving: there, waiting inside SQLite is fine. */
+const OPEN_BUSY_TIMEOUT_MS = 10_000;
+
 /**
  * Opens (and migrates) a SQLite store.
  *
  * @example
  * ```ts
- * const store = openSqliteStore("./forgekit-data/stacks.db");
+ * const store = openSqliteStore("./forgekit-data/stacks.db", { busyTimeoutMs: 5000 });
  * ```
  */
-export function openSqliteStore(path: string): Store {
-  return new SqliteStore(path);
+export function openSqliteStore(path: string, options: SqliteStoreOptions = {}): Store {
+  return new SqliteStore(path, options.busyTimeoutMs ?? 5000);
 }
 
 class SqliteStore implements Store {
@@ -205,8 +267,11 @@ class SqliteStore implements Store {
   /** Commits made here; the data version of an in-memory database, which has one connection. */
   #commits = 0;
 
-  constructor(path: string) {
-    this.#writer = new Connection(path);
+  #busyTimeoutMs: number;
+
+  constructor(path: string, busyTimeoutMs: number) {
+    this.#busyTimeoutMs = busyTimeoutMs;
+    this.#writer = new Connection(path, OPEN_BUSY_TIMEOUT_MS);
     const version = Number(this.#writer.get("PRAGMA user_version")?.user_version ?? 0);
     if (version < SCHEMA_VERSION) {
       this.#writer.exec("BEGIN IMMEDIATE");
@@ -218,7 +283,7 @@ class SqliteStore implements Store {
         this.#writer.exec(`PRAGMA user_version = ${SCHEMA_VERSION}`);
         this.#writer.exec("COMMIT");
       } catch (err) {
-        this.#writer.exec("ROLLBACK");
+        this.#writer.rollback();
         throw err;
       }
     } else if (version > SCHEMA_VERSION) {
@@ -226,7 +291,10 @@ class SqliteStore implements Store {
         `Database ${path} has schema version ${version}, newer than this forgekit (${SCHEMA_VERSION})`,
       );
     }
-    this.#reader = path === ":memory:" ? this.#writer : new Connection(path);
+    this.#writer.exec("PRAGMA busy_timeout = 0");
+    this.#reader = path === ":memory:"
+      ? this.#writer
+      : new Connection(path, READER_BUSY_TIMEOUT_MS);
   }
 
   /** Reads inside a transaction see its writes; others see committed data only. */
@@ -239,21 +307,47 @@ class SqliteStore implements Store {
 
   transaction<T>(fn: () => Promise<T>): Promise<T> {
     if (this.#inTx.getStore()) return fn();
+    // From the call, not from the turn in the queue: transactions queued
+    // behind a lock wait for it together, not one after another.
+    const deadline = Date.now() + this.#busyTimeoutMs;
     const run = async () => {
-      this.#writer.exec("BEGIN IMMEDIATE");
+      await this.#begin(deadline);
       try {
         const out = await this.#inTx.run(true, fn);
         this.#writer.exec("COMMIT");
         this.#commits++;
         return out;
       } catch (err) {
-        this.#writer.exec("ROLLBACK");
+        this.#writer.rollback();
         throw err;
       }
     };
     const p = this.#queue.then(run, run);
     this.#queue = p.catch(() => {});
     return p;
+  }
+
+  /** BEGIN IMMEDIATE, tried again after sleeps of 2 to 100 ms while another connection writes. */
+  async #begin(deadline: number): Promise<void> {
+    // Transactions here run one at a time: one still open is left from a failed ROLLBACK.
+    this.#writer.rollback();
+    for (let sleep = 2;; sleep = Math.min(sleep * 2, 100)) {
+      try {
+        this.#writer.exec("BEGIN IMMEDIATE");
+        return;
+      } catch (err) {
+        if (!(err instanceof StoreError && err.failure === "busy")) throw err;
+        const left = deadline - Date.now();
+        if (left <= 0) {
+          throw new StoreError(
+            "busy",
+            `Database is locked by another connection: waited ${this.#busyTimeoutMs} ms for its write lock`,
+            { cause: err },
+          );
+        }
+        await new Promise((r) => setTimeout(r, Math.min(sleep, left)));
+      }
+    }
   }
 
   async dataVersion() {
@@ -447,36 +541,18 @@ class SqliteStore implements Store {
     limit: number,
     offset: number,
   ): Promise<Page<PullRow>> {
-    const where = ["p.repo_id = ?"];
-    const args: SQLInputValue[] = [repoId];
-    if (f.state !== "all") {
-      where.push("p.state = ?");
-      args.push(f.state);
-    }
-    if (f.head !== undefined) {
-      where.push("p.head_ref = ?");
-      args.push(f.head);
-    }
-    if (f.base !== undefined) {
-      where.push("p.base_ref = ?");
-      args.push(f.base);
-    }
-    const cond = where.join(" AND ");
-    const order = `${f.sort === "updated" ? "p.updated_at" : "p.id"} ${
-      f.direction === "asc" ? "ASC" : "DESC"
-    }, p.id ${f.direction === "asc" ? "ASC" : "DESC"}`;
-    const total = Number(
-      this.#r.get(`SELECT count(*) AS n FROM pulls p WHERE ${cond}`, ...args)!.n,
+    const q = pullListQuery(repoId, f);
+    const total = Number(this.#r.get(q.count, ...q.args)!.n);
+    // Ids first, from the index alone: an offset then skips index entries, not rows.
+    const ids = this.#r.all(q.page, ...q.args, limit, offset).map((r) => Number(r.id));
+    if (ids.length === 0) return { items: [], total };
+    const rows = new Map(
+      this.#r.all(
+        `${PULL_SELECT} WHERE p.id IN (SELECT value FROM json_each(?))`,
+        JSON.stringify(ids),
+      ).map((r) => [Number(r.id), toPull(r)]),
     );
-    const items = this.#r.all(
-      `${PULL_SELECT} WHERE ${cond} ORDER BY ${order} LIMIT ? OFFSET ?`,
-      ...args,
-      limit,
-      offset,
-    ).map(
-      toPull,
-    );
-    return { items, total };
+    return { items: ids.flatMap((id) => rows.get(id) ?? []), total };
   }
   async updatePull(id: number, patch: PullPatch) {
     const cols = Object.keys(patch) as (keyof PullPatch)[];

@@ -3,6 +3,9 @@
  * SQLite implementation is `sqlite_store.ts`, and a PostgreSQL one for
  * several server instances can implement the same interface. Every method
  * is Promise-shaped for that reason, even where SQLite answers at once.
+ * Failures of the storage itself (a lock held too long elsewhere, a full
+ * disk, an I/O error) are thrown as `StoreError` (`store_error.ts`), which
+ * the app answers with 503 or 507; anything else thrown is a bug (500).
  */
 import type {
   BranchRow,
@@ -55,7 +58,11 @@ export type PullPatch = Partial<
 
 /** The store: one narrow module between the routes and the database. */
 export interface Store {
-  /** Runs `fn` in one serialised write transaction (BEGIN IMMEDIATE). */
+  /**
+   * Runs `fn` in one serialised write transaction (BEGIN IMMEDIATE), rolled
+   * back when it throws. While another process holds the write lock it
+   * waits, without blocking other requests, then throws a `busy` StoreError.
+   */
   transaction<T>(fn: () => Promise<T>): Promise<T>;
   close(): Promise<void>;
   /**
