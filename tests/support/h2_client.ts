@@ -93,8 +93,13 @@ export interface H2Result {
 
 /** Runs one scenario against the front; throws when the script itself fails. */
 export async function runH2(f: BumpFront, scenario: H2Scenario): Promise<H2Result> {
+  return await runScript(SCRIPT, f, scenario) as H2Result;
+}
+
+/** Runs a python client with `scenario` (plus the front's proxy and CA) on stdin; its JSON. */
+async function runScript(script: string, f: BumpFront, scenario: object): Promise<unknown> {
   const child = new Deno.Command(H2_PYTHON, {
-    args: [SCRIPT],
+    args: [script],
     stdin: "piped",
     stdout: "piped",
     stderr: "piped",
@@ -109,9 +114,9 @@ export async function runH2(f: BumpFront, scenario: H2Scenario): Promise<H2Resul
   const out = await child.output();
   const text = dec.decode(out.stdout);
   if (!out.success || !text.trim()) {
-    throw new Error(`h2_client.py exited ${out.code}: ${dec.decode(out.stderr)}${text}`);
+    throw new Error(`${script} exited ${out.code}: ${dec.decode(out.stderr)}${text}`);
   }
-  return JSON.parse(text) as H2Result;
+  return JSON.parse(text);
 }
 
 /** A request's header list: the pseudo-fields for `method` and `path` on api.github.com. */
@@ -157,23 +162,5 @@ export async function runH2Load(
   f: BumpFront,
   load: { path: string; total: number; inflight: number; ping_every?: number; host?: string },
 ): Promise<H2LoadResult> {
-  const child = new Deno.Command(H2_PYTHON, {
-    args: [LOAD_SCRIPT],
-    stdin: "piped",
-    stdout: "piped",
-    stderr: "piped",
-  }).spawn();
-  const w = child.stdin.getWriter();
-  await w.write(new TextEncoder().encode(JSON.stringify({
-    proxy: new URL(f.proxyUrl).host,
-    ca: f.caCertPath,
-    ...load,
-  })));
-  await w.close();
-  const out = await child.output();
-  const text = dec.decode(out.stdout);
-  if (!out.success || !text.trim()) {
-    throw new Error(`h2_load.py exited ${out.code}: ${dec.decode(out.stderr)}${text}`);
-  }
-  return JSON.parse(text) as H2LoadResult;
+  return await runScript(LOAD_SCRIPT, f, load) as H2LoadResult;
 }
