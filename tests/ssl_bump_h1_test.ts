@@ -612,3 +612,29 @@ Deno.test("obs-text bytes in field values pass through unchanged both ways", asy
     await f.close();
   }
 });
+
+Deno.test("a sized download the client abandons is logged with the bytes it got, not its length", async () => {
+  const body = new Uint8Array(64 << 20); // far more than the socket buffers hold
+  const f = await startBumpFixture(ALLOW, () => new Response(body));
+  const c = await Raw.open(f);
+  try {
+    await c.write(get("/allowed/big"));
+    // Read a little, then go away.
+    const buf = new Uint8Array(65536);
+    let got = 0;
+    while (got < 1 << 20) got += (await c.conn.read(buf)) ?? 1 << 20;
+    c.close();
+    const end = performance.now() + 5000;
+    while (f.logs.length === 0 && performance.now() < end) {
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    const e = f.logs[0];
+    assert.ok(e, "logged");
+    assert.equal(e.status, 200);
+    assert.ok(e.bytes_in < body.byteLength / 2, `bytes_in ${e.bytes_in}`);
+    assert.equal(e.reason, "the response did not reach the client whole");
+  } finally {
+    c.close();
+    await f.close();
+  }
+});

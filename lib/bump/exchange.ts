@@ -47,8 +47,17 @@ export interface BumpReply {
   length: number | null;
   /** With a 101: the connection to relay to, and bytes it already sent. */
   tunnel?: { conn: Deno.Conn; buffered: Uint8Array };
-  /** Instead of `body`: `length` bytes, `buffered` first, then read off `conn` (closed after). */
-  sized?: { conn: Deno.Conn; length: number; buffered: Uint8Array };
+  /**
+   * Instead of `body`: `length` bytes, `buffered` first, then read off
+   * `conn` (closed after). The server calls `ended` with the bytes it
+   * delivered once it is done, whole or not.
+   */
+  sized?: {
+    conn: Deno.Conn;
+    length: number;
+    buffered: Uint8Array;
+    ended?: (delivered: number) => void;
+  };
 }
 
 /**

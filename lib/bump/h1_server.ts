@@ -271,17 +271,24 @@ async function exchange(
   const content = bodiless ? null : reply.body;
   if (reply.sized) {
     const { conn, length, buffered } = reply.sized;
+    let delivered = 0;
     try {
       if (bodiless) await io.write(head);
       else {
         await io.write(concat([head, buffered]));
-        const copied = await copyToSocket(conn, io, length - buffered.byteLength);
-        if (copied !== length - buffered.byteLength) {
-          throw new Error("the body ended before its length");
-        }
+        delivered = buffered.byteLength;
+        const rest = length - delivered;
+        const copied = await copyToSocket(
+          conn,
+          io,
+          rest,
+          (n) => delivered = buffered.byteLength + n,
+        );
+        if (copied !== rest) throw new Error("the body ended before its length");
       }
     } finally {
       closeQuietly(conn);
+      reply.sized.ended?.(bodiless ? length : delivered);
     }
   } else if (content === null || content instanceof Uint8Array) {
     await io.write(content === null ? head : concat([head, content]));

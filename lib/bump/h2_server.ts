@@ -73,6 +73,8 @@ interface Stream {
   recvWindow: number;
   /** Body bytes read by the handler since the window was last reopened. */
   consumed: number;
+  /** Response body bytes queued for the client so far. */
+  bodySent: number;
   /** Request body bytes received so far, and the declared length. */
   received: number;
   length: number | null;
@@ -418,6 +420,7 @@ class H2Connection {
       sendWindow: this.#peerWindow,
       recvWindow: STREAM_WINDOW,
       consumed: 0,
+      bodySent: 0,
       received: 0,
       length: null,
       queue: [],
@@ -727,16 +730,20 @@ class H2Connection {
         return await this.#writeData(stream, reply.body, true, head);
       }
       if (reply.sized) {
-        const { conn, buffered } = reply.sized;
+        const { conn, buffered, ended } = reply.sized;
         const rest = reply.sized.length - buffered.byteLength;
-        await this.#writeData(stream, buffered, rest === 0, head);
-        let sent = 0;
-        // Each piece is copied into DATA frames before the next is read.
-        for await (const piece of gatheredReads(conn, rest, true)) {
-          sent += piece.byteLength;
-          await this.#writeData(stream, piece, sent === rest);
+        try {
+          await this.#writeData(stream, buffered, rest === 0, head);
+          let sent = 0;
+          // Each piece is copied into DATA frames before the next is read.
+          for await (const piece of gatheredReads(conn, rest, true)) {
+            sent += piece.byteLength;
+            await this.#writeData(stream, piece, sent === rest);
+          }
+          if (sent !== rest) throw new Error("the body ended before its length");
+        } finally {
+          ended?.(stream.bodySent);
         }
-        if (sent !== rest) throw new Error("the body ended before its length");
         return;
       }
       await this.#io.write(head);
@@ -788,6 +795,7 @@ class H2Connection {
       }
       stream.sendWindow -= n;
       this.#connSendWindow -= n;
+      stream.bodySent += n;
       await this.#send(stream, out);
     }
   }

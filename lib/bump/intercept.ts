@@ -298,32 +298,43 @@ export class Interceptor {
       });
     } catch (e) {
       if (e instanceof RequestCancelled) {
-        this.#opts.log(
-          allowed.entry(null, { pattern: allowed.pattern, reason: "cancelled by the client" }),
-        );
+        this.#opts.log(allowed.entry(null, {
+          pattern: allowed.pattern,
+          reason: "cancelled by the client",
+          bytes_out: bytesOut,
+        }));
         return ownReply(499, "Client Closed Request", "", "cancelled");
       }
       if (e instanceof RequestBodyError) {
         const reason = `bad request body: ${e.message}`;
-        this.#opts.log(allowed.entry(400, { pattern: allowed.pattern, reason }));
+        this.#opts.log(
+          allowed.entry(400, { pattern: allowed.pattern, reason, bytes_out: bytesOut }),
+        );
         return ownReply(400, "Bad Request", `Bad request: ${e.message}\n`);
       }
-      return this.#upstreamError(allowed, e);
+      return this.#upstreamError(allowed, e, bytesOut);
     }
     const { pattern } = allowed;
-    upstream.onEnd((bytesIn) =>
+    upstream.onEnd((bytesIn, whole) =>
       this.#opts.log(
-        allowed.entry(upstream.status, { pattern, bytes_in: bytesIn, bytes_out: bytesOut }),
+        allowed.entry(upstream.status, {
+          pattern,
+          bytes_in: bytesIn,
+          bytes_out: bytesOut,
+          ...(whole ? {} : { reason: "the response did not reach the client whole" }),
+        }),
       )
     );
     return upstream;
   }
 
-  #upstreamError(allowed: Allowed, e: unknown): BumpReply {
+  #upstreamError(allowed: Allowed, e: unknown, bytesOut: number): BumpReply {
     const message = (e as Error).message;
-    this.#opts.log(
-      allowed.entry(502, { pattern: allowed.pattern, reason: `upstream error: ${message}` }),
-    );
+    this.#opts.log(allowed.entry(502, {
+      pattern: allowed.pattern,
+      reason: `upstream error: ${message}`,
+      bytes_out: bytesOut,
+    }));
     return ownReply(
       502,
       "Bad Gateway",

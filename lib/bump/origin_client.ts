@@ -28,7 +28,7 @@ import {
 } from "./http_head.ts";
 import { writeAll } from "./conn_io.ts";
 import { latin1Decode, latin1Encode } from "./latin1.ts";
-import { RequestBodyError } from "./exchange.ts";
+import { type BumpReply, RequestBodyError } from "./exchange.ts";
 
 /** A request to an origin. */
 export interface OriginRequest {
@@ -66,8 +66,11 @@ export interface OriginResponse {
   body: Uint8Array<ArrayBuffer> | ReadableStream<Uint8Array> | null;
   /** The body's length when known in advance (Content-Length). */
   length: number | null;
-  /** Called with the body's size once it has been read to its end. */
-  onEnd(fn: (bytes: number) => void): void;
+  /**
+   * Called once the body has ended and the request body has settled: with
+   * the body bytes passed on, and whether the body came whole.
+   */
+  onEnd(fn: (bytes: number, whole: boolean) => void): void;
   /**
    * After a `101` to a request with `upgrade`: the connection, now the
    * caller's, and any bytes the origin sent after the head.
@@ -78,7 +81,7 @@ export interface OriginResponse {
    * (`buffered`) and the connection the rest is read from (the caller's
    * from then on, read with gathered reads and closed; `body` is null).
    */
-  sized?: { conn: Deno.Conn; length: number; buffered: Uint8Array };
+  sized?: BumpReply["sized"];
 }
 
 /** Options of {@linkcode OriginClient}. */
@@ -494,7 +497,7 @@ export class OriginClient {
         headers: parsed.headers.filter(([k]) => !HOP_BY_HOP.has(k)),
         body: null,
         length: 0,
-        onEnd: (fn) => fn(0),
+        onEnd: (fn) => fn(0, true),
         tunnel: { conn: oc.conn, buffered: oc.take(oc.buffered) },
       };
     }
@@ -507,11 +510,16 @@ export class OriginClient {
       !HOP_BY_HOP.has(k) && (k !== "content-length" || framing.kind === "none") &&
       !listed.includes(k)
     );
-    const endFns: ((n: number) => void)[] = [];
-    let endedWith: number | null = null;
+    const endFns: ((n: number, whole: boolean) => void)[] = [];
+    let endedWith: [number, boolean] | null = null;
+    // Told once the request body has settled too, so that its byte count is final.
+    const notify = (n: number, whole: boolean) =>
+      bodyDone.then(() => {
+        endedWith = [n, whole];
+        for (const fn of endFns) fn(n, whole);
+      });
     const ended = (n: number, ok: boolean) => {
-      endedWith = n;
-      for (const fn of endFns) fn(n);
+      notify(n, ok);
       // Reused only when the request body also went out whole.
       if (ok && reusable && req.upgrade === undefined) {
         bodyDone.then((sent) => sent ? this.#release(oc) : oc.close());
@@ -523,7 +531,7 @@ export class OriginClient {
       headers,
       body: null,
       length: framing.kind === "length" ? framing.length : framing.kind === "none" ? 0 : null,
-      onEnd: (fn) => endedWith === null ? endFns.push(fn) : fn(endedWith),
+      onEnd: (fn) => endedWith === null ? endFns.push(fn) : fn(...endedWith),
     };
     if (framing.kind === "none") {
       ended(0, true);
@@ -539,8 +547,12 @@ export class OriginClient {
     }
     if (framing.kind === "length" && oc.buffered <= framing.length) {
       // Never pooled: the caller reads the body and closes the connection.
-      res.sized = { conn: oc.conn, length: framing.length, buffered: oc.take(oc.buffered) };
-      endedWith = framing.length; // logged as declared
+      res.sized = {
+        conn: oc.conn,
+        length: framing.length,
+        buffered: oc.take(oc.buffered),
+        ended: (delivered) => notify(delivered, delivered === framing.length),
+      };
       return res;
     }
     res.body = bodyStream(oc, framing, ended);
@@ -695,7 +707,6 @@ async function sendBody(
   let sent = 0;
   for await (const chunk of body) {
     if (chunk.byteLength === 0) continue;
-    sent += chunk.byteLength;
     if (chunked) {
       const size = enc.encode(`${chunk.byteLength.toString(16)}\r\n`);
       const framed = new Uint8Array(size.length + chunk.byteLength + 2);
@@ -704,7 +715,8 @@ async function sendBody(
       framed.set([13, 10], size.length + chunk.byteLength);
       await writeAll(conn, framed);
     } else await writeAll(conn, chunk);
+    sent += chunk.byteLength;
+    count?.(sent);
   }
   if (chunked) await writeAll(conn, enc.encode("0\r\n\r\n"));
-  count?.(sent);
 }

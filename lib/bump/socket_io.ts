@@ -25,6 +25,8 @@ export class SocketIo {
   #gone = new AbortController();
 
   constructor(readonly socket: Duplex) {
+    // Each write waiting for room adds a drain listener: many streams may wait at once.
+    socket.setMaxListeners(0);
     this.#listeners = [
       ["data", (b: Uint8Array) => {
         this.#queue.push(new Uint8Array(b.buffer, b.byteOffset, b.byteLength));
@@ -258,16 +260,21 @@ class Tick {
   }
 }
 
-/** Copies {@linkcode gatheredReads} of a connection to the socket; the bytes copied. */
+/**
+ * Copies {@linkcode gatheredReads} of a connection to the socket; the bytes
+ * copied. `progress` gets the running total after each write.
+ */
 export async function copyToSocket(
   conn: Deno.Conn,
   io: SocketIo,
   limit = Infinity,
+  progress?: (copied: number) => void,
 ): Promise<number> {
   let copied = 0;
   for await (const piece of gatheredReads(conn, limit)) {
     await io.write(piece);
     copied += piece.byteLength;
+    progress?.(copied);
   }
   return copied;
 }
