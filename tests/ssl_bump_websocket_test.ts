@@ -99,11 +99,17 @@ Deno.test("an allowed wss:// handshake is relayed to the origin and frames flow 
       f.debug.some((l) => l.includes("HTTP/1.1 (on the client connection)")),
       f.debug.join("\n"),
     );
-    const entry = f.logs.find((e) => e.url === "https://api.github.com/allowed/socket");
+    // Logged once the relay is over, with the frames' bytes each way.
+    const find = () => f.logs.find((e) => e.url === "https://api.github.com/allowed/socket");
+    for (let i = 0; i < 100 && !find(); i++) await new Promise((r) => setTimeout(r, 20));
+    const entry = find();
     assert.ok(entry, "the handshake is logged with its full URL");
     assert.equal(entry.decision, "allowed");
     assert.equal(entry.status, 101);
     assert.equal(entry.pattern, "https://api.github.com/allowed/*");
+    // Client frames are masked: 2 + 4 + payload bytes each (text, binary, close).
+    assert.ok(entry.bytes_out >= 11 + 9 + 6, `bytes_out ${entry.bytes_out}`);
+    assert.ok(entry.bytes_in >= 2 + 10 + 2 + 3, `bytes_in ${entry.bytes_in}`);
   } finally {
     await f.close();
   }

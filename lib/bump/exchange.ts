@@ -45,8 +45,16 @@ export interface BumpReply {
   body: Uint8Array | ReadableStream<Uint8Array> | null;
   /** The body's length when known in advance. */
   length: number | null;
-  /** With a 101: the connection to relay to, and bytes it already sent. */
-  tunnel?: { conn: Deno.Conn; buffered: Uint8Array };
+  /**
+   * With a 101: the connection to relay to, and bytes it already sent. The
+   * server calls `ended` with the bytes relayed each way once the relay is
+   * over (or never began).
+   */
+  tunnel?: {
+    conn: Deno.Conn;
+    buffered: Uint8Array;
+    ended?: (out: number, inn: number) => void;
+  };
   /**
    * Instead of `body`: `length` bytes, `buffered` first, then read off
    * `conn` (closed after). The server calls `ended` with the bytes it

@@ -240,8 +240,15 @@ async function exchange(
   }
 
   if (reply.status === 101 && reply.tunnel) {
-    await writeHead(io, reply, `connection: upgrade\r\nupgrade: ${upgrade ?? "websocket"}\r\n`);
-    await relay(io, reply.tunnel.conn, reply.tunnel.buffered);
+    const { conn, buffered, ended } = reply.tunnel;
+    let relayed = { out: 0, in: 0 };
+    try {
+      await writeHead(io, reply, `connection: upgrade\r\nupgrade: ${upgrade ?? "websocket"}\r\n`);
+      relayed = await relay(io, conn, buffered);
+    } finally {
+      closeQuietly(conn);
+      ended?.(relayed.out, relayed.in);
+    }
     return false;
   }
 

@@ -702,7 +702,10 @@ class H2Connection {
   async #respond(stream: Stream, reply: BumpReply, method: string): Promise<void> {
     if (reply.tunnel || reply.status < 200) {
       // No protocol switch on HTTP/2 (RFC 9113 §8.6).
-      if (reply.tunnel) closeQuietly(reply.tunnel.conn);
+      if (reply.tunnel) {
+        closeQuietly(reply.tunnel.conn);
+        reply.tunnel.ended?.(0, 0);
+      }
       reply = ownReply(502, "", "Bad gateway: the origin switched protocols\n");
     }
     const bodiless = method === "HEAD" || reply.status === 204 || reply.status === 304;

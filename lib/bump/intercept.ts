@@ -315,12 +315,12 @@ export class Interceptor {
       return this.#upstreamError(allowed, e, bytesOut);
     }
     const { pattern } = allowed;
-    upstream.onEnd((bytesIn, whole) =>
+    upstream.onEnd((bytesIn, whole, relayedOut) =>
       this.#opts.log(
         allowed.entry(upstream.status, {
           pattern,
           bytes_in: bytesIn,
-          bytes_out: bytesOut,
+          bytes_out: relayedOut ?? bytesOut,
           ...(whole ? {} : { reason: "the response did not reach the client whole" }),
         }),
       )

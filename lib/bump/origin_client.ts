@@ -70,12 +70,12 @@ export interface OriginResponse {
    * Called once the body has ended and the request body has settled: with
    * the body bytes passed on, and whether the body came whole.
    */
-  onEnd(fn: (bytes: number, whole: boolean) => void): void;
+  onEnd(fn: (bytes: number, whole: boolean, relayedOut?: number) => void): void;
   /**
    * After a `101` to a request with `upgrade`: the connection, now the
    * caller's, and any bytes the origin sent after the head.
    */
-  tunnel?: { conn: Deno.Conn; buffered: Uint8Array };
+  tunnel?: BumpReply["tunnel"];
   /**
    * A body of known length too large to come whole: its first bytes
    * (`buffered`) and the connection the rest is read from (the caller's
@@ -491,14 +491,24 @@ export class OriginClient {
     }
     if (parsed.status === 101) {
       sending.catch(() => {});
+      // Over once the relay is: the bytes relayed each way (out, in).
+      let relayed: [number, number] | null = null;
+      const relayFns: ((bytes: number, whole: boolean, relayedOut?: number) => void)[] = [];
       return {
         status: 101,
         statusText: parsed.statusText,
         headers: parsed.headers.filter(([k]) => !HOP_BY_HOP.has(k)),
         body: null,
         length: 0,
-        onEnd: (fn) => fn(0, true),
-        tunnel: { conn: oc.conn, buffered: oc.take(oc.buffered) },
+        onEnd: (fn) => relayed ? fn(relayed[1], true, relayed[0]) : relayFns.push(fn),
+        tunnel: {
+          conn: oc.conn,
+          buffered: oc.take(oc.buffered),
+          ended: (out, inn) => {
+            relayed = [out, inn];
+            for (const fn of relayFns) fn(inn, true, out);
+          },
+        },
       };
     }
     const bodyDone = sending.then(() => true, () => false);

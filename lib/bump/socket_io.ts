@@ -282,17 +282,21 @@ export async function copyToSocket(
 /**
  * Copies both ways between a socket and a connection until both directions
  * ended (each end is passed on as a half-close), then closes the
- * connection. `buffered`: bytes already read from the connection.
+ * connection. `buffered`: bytes already read from the connection. Returns the
+ * bytes relayed each way: `out` from the socket, `in` to it.
  */
 export async function relay(
   io: SocketIo,
   conn: Deno.Conn,
   buffered: Uint8Array = new Uint8Array(0),
-): Promise<void> {
+): Promise<{ out: number; in: number }> {
+  let out = 0;
+  let inn = 0;
   const toSocket = (async () => {
     try {
       if (buffered.byteLength) await io.write(buffered);
-      await copyToSocket(conn, io);
+      inn = buffered.byteLength;
+      await copyToSocket(conn, io, Infinity, (n) => inn = buffered.byteLength + n);
     } catch {
       // either side went away
     }
@@ -304,6 +308,7 @@ export async function relay(
         const chunk = await io.read();
         if (chunk === null || chunk === "expired") break;
         await writeAll(conn, chunk);
+        out += chunk.byteLength;
       }
       await conn.closeWrite();
     } catch {
@@ -312,4 +317,5 @@ export async function relay(
   })();
   await Promise.all([toSocket, toConn]);
   closeQuietly(conn);
+  return { out, in: inn };
 }
