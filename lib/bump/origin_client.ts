@@ -109,6 +109,24 @@ export class OriginProtocolError extends Error {
   override name = "OriginProtocolError";
 }
 
+type EndListener = Parameters<OriginResponse["onEnd"]>[0];
+
+/** A response's end, told to every listener, also to those that come later. */
+class ResponseEnd {
+  #listeners: EndListener[] = [];
+  #settled: Parameters<EndListener> | null = null;
+
+  on(fn: EndListener): void {
+    if (this.#settled) fn(...this.#settled);
+    else this.#listeners.push(fn);
+  }
+
+  settle(...args: Parameters<EndListener>): void {
+    this.#settled = args;
+    for (const fn of this.#listeners.splice(0)) fn(...args);
+  }
+}
+
 /** A TLS connection to an origin with a read buffer. */
 class OriginConn {
   buf = new Uint8Array(READ_SIZE);
@@ -491,23 +509,19 @@ export class OriginClient {
     }
     if (parsed.status === 101) {
       sending.catch(() => {});
-      // Over once the relay is: the bytes relayed each way (out, in).
-      let relayed: [number, number] | null = null;
-      const relayFns: ((bytes: number, whole: boolean, relayedOut?: number) => void)[] = [];
+      // Over once the relay is: the bytes relayed each way.
+      const end = new ResponseEnd();
       return {
         status: 101,
         statusText: parsed.statusText,
         headers: parsed.headers.filter(([k]) => !HOP_BY_HOP.has(k)),
         body: null,
         length: 0,
-        onEnd: (fn) => relayed ? fn(relayed[1], true, relayed[0]) : relayFns.push(fn),
+        onEnd: (fn) => end.on(fn),
         tunnel: {
           conn: oc.conn,
           buffered: oc.take(oc.buffered),
-          ended: (out, inn) => {
-            relayed = [out, inn];
-            for (const fn of relayFns) fn(inn, true, out);
-          },
+          ended: (out, inn) => end.settle(inn, true, out),
         },
       };
     }
@@ -520,14 +534,9 @@ export class OriginClient {
       !HOP_BY_HOP.has(k) && (k !== "content-length" || framing.kind === "none") &&
       !listed.includes(k)
     );
-    const endFns: ((n: number, whole: boolean) => void)[] = [];
-    let endedWith: [number, boolean] | null = null;
+    const end = new ResponseEnd();
     // Told once the request body has settled too, so that its byte count is final.
-    const notify = (n: number, whole: boolean) =>
-      bodyDone.then(() => {
-        endedWith = [n, whole];
-        for (const fn of endFns) fn(n, whole);
-      });
+    const notify = (n: number, whole: boolean) => bodyDone.then(() => end.settle(n, whole));
     const ended = (n: number, ok: boolean) => {
       notify(n, ok);
       // Reused only when the request body also went out whole.
@@ -541,7 +550,7 @@ export class OriginClient {
       headers,
       body: null,
       length: framing.kind === "length" ? framing.length : framing.kind === "none" ? 0 : null,
-      onEnd: (fn) => endedWith === null ? endFns.push(fn) : fn(...endedWith),
+      onEnd: (fn) => end.on(fn),
     };
     if (framing.kind === "none") {
       ended(0, true);
