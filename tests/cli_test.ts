@@ -118,6 +118,10 @@ Deno.test("bad arguments get one line on stderr and exit 2, before anything runs
     [["auth", "init", "--auth-file", `${dir}/new/sub/`], /^error: .* is a directory path/],
     // stacks
     [["stacks", "serve", "--db", ""], /^error: --db must not be empty/],
+    [
+      ["stacks", "serve", "--busy-timeout-ms", "nope", "--db", `${dir}/b/s.db`],
+      /^error: --busy-timeout-ms must be a whole number from 0 to 600000 \(got: nope\)/,
+    ],
     [["stacks", "serve", "--port", "1", "--port", "2"], /^error: --port is given more than once/],
     [
       ["stacks", "serve", "--hook-backoff-ms", "0"],
