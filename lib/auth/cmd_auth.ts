@@ -28,7 +28,7 @@ import { credentialEntries, gitUsername, parseCredentialInput } from "./git_cred
 import { resolveToken, staticToken, tokenSourceLabel } from "./token_source.ts";
 import { INIT_TEMPLATE } from "./init_template.ts";
 import { isLoopbackHost } from "./plain_http.ts";
-import { redactUrl } from "./redact.ts";
+import { parseUrlArgument, redactUrl, redactUrlText } from "./redact.ts";
 
 /** Help text of `forgekit auth`. */
 export const AUTH_HELP = `forgekit auth: inspect and use the credential file (~/.forgekit/auth.json)
@@ -185,10 +185,10 @@ async function explain(args: string[]): Promise<number> {
   }
   let url: URL;
   try {
-    url = new URL(positionals[0]);
+    url = parseUrlArgument(positionals[0]);
   } catch (err) {
     throw usageError(
-      `Not a URL (got: ${JSON.stringify(positionals[0])})`,
+      `Not a URL (got: ${JSON.stringify(redactUrlText(positionals[0]))})`,
       "e.g. https://api.github.com/user",
       err,
     );
@@ -289,7 +289,7 @@ async function gitCredential(args: string[]): Promise<number> {
   noArguments("git-credential", positionals.slice(1));
   if (!["get", "store", "erase"].includes(op ?? "")) {
     throw usageError(
-      `Unknown git-credential operation: ${op ?? "(none)"}`,
+      `Unknown git-credential operation: ${op === undefined ? "(none)" : redactUrlText(op)}`,
       "use get, store or erase",
     );
   }
@@ -315,7 +315,7 @@ async function gitCredential(args: string[]): Promise<number> {
 function noArguments(command: string, positionals: string[]): void {
   if (positionals.length) {
     throw usageError(
-      `Unexpected argument: ${positionals[0]}`,
+      `Unexpected argument: ${redactUrlText(positionals[0])}`,
       `run: forgekit auth ${command} --help`,
     );
   }

@@ -5,7 +5,7 @@ import { fileBody } from "./file_body.ts";
 import { parseSha256, sha256Stream } from "./integrity.ts";
 import { openOutput, type OutputFile } from "./output_file.ts";
 import { progressBar } from "./progress.ts";
-import { redactUrl } from "./redact.ts";
+import { parseUrlArgument, redactUrl, redactUrlText } from "./redact.ts";
 import { openSpool } from "./spool.ts";
 import { parseSeconds, TransferTimer } from "./transfer_timer.ts";
 
@@ -54,7 +54,15 @@ function parseHeader(raw: string): [string, string] {
       "e.g. -H 'Accept: application/json'",
     );
   }
-  return [name, raw.slice(i + 1).trim()];
+  const value = raw.slice(i + 1).trim();
+  // The runtime's own refusal quotes the value, which may be a token.
+  if (/[^\t\x20-\x7e\x80-\xff]/.test(value)) {
+    throw usageError(
+      `-H ${name}: the value holds a line break or another character a header cannot carry`,
+      "give the value on one line, in printable characters",
+    );
+  }
+  return [name, value];
 }
 
 async function requestBody(
@@ -104,16 +112,18 @@ export async function runFetch(args: string[]): Promise<number> {
   });
   if (positionals.length !== 1) {
     throw usageError(
-      positionals.length === 0 ? "Missing URL" : `Expected one URL (got: ${positionals.join(" ")})`,
+      positionals.length === 0
+        ? "Missing URL"
+        : `Expected one URL (got: ${positionals.map(redactUrlText).join(" ")})`,
       "run: forgekit fetch URL",
     );
   }
   let url: URL;
   try {
-    url = new URL(positionals[0]);
+    url = parseUrlArgument(positionals[0]);
   } catch (err) {
     throw usageError(
-      `Not a URL (got: ${JSON.stringify(positionals[0])})`,
+      `Not a URL (got: ${JSON.stringify(redactUrlText(positionals[0]))})`,
       "e.g. https://api.github.com/user",
       err,
     );

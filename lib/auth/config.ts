@@ -185,7 +185,9 @@ function parseEntry(raw: unknown, index: number, fail: Fail): AuthEntry {
   }
   for (const key of ENTRY_KEYS) {
     if (key !== "hosts" && key in e && typeof e[key] !== "string") {
-      const got = key === "token" ? kindOf(e[key]) : JSON.stringify(e[key]);
+      // What lands in a secret's field (or its variable's name) by mistake is often the secret.
+      const secretish = key === "token" || key === "token_env" || key === "client_secret_env";
+      const got = secretish ? kindOf(e[key]) : JSON.stringify(e[key]);
       fail(`${at}.${key}`, `must be a string (got: ${got})`, "quote the value");
     }
   }

@@ -150,6 +150,36 @@ Deno.test("parseAuthConfig() names the place and the fix for every broken file",
       'auth.json providers[1].token_env: "not ****" is not an environment variable name',
     ],
     [{ providers: ["x"] }, "auth.json providers[0]: must be an object"],
+    [{ providers: [null] }, "auth.json providers[0]: must be an object"],
+    [
+      entry({ hosts: undefined }),
+      "auth.json providers[1].hosts: must be a non-empty array of host names",
+    ],
+    [entry({ hosts: "api.github.com" }), "auth.json providers[1].hosts: must be a non-empty array"],
+    [entry({ hosts: [7] }), "auth.json providers[1].hosts[0]: must be a string (got: 7)"],
+    [entry({ provider: undefined }), 'auth.json providers[1]: has no "provider"'],
+    [
+      entry({ auth: undefined }),
+      'auth.json providers[1]: has no "auth" (set "auth" to one of: bearer)',
+    ],
+    [
+      entry({
+        provider: "repohost",
+        auth: "basic",
+        username: "me@example.com",
+        token_env: undefined,
+      }),
+      'auth.json providers[1]: basic needs "token" or "token_env"',
+    ],
+    [
+      entry({ provider: "repohost", auth: "basic", username: "" }),
+      'auth.json providers[1]: basic needs "username"',
+    ],
+    [entry({ username: "me" }), 'auth.json providers[1].username: is only used with auth "basic"'],
+    [
+      entry({ provider: "cloud-devops", auth: "cloud-cli" }),
+      'auth.json providers[1]: cloud-cli takes no "token" or "token_env"',
+    ],
   ];
   for (const [doc, want] of cases) {
     const got = errorOf(doc);
@@ -237,6 +267,21 @@ Deno.test("parseAuthConfig() never prints a secret the file holds", () => {
     [
       entry({ token: 1234567890 }),
       "auth.json providers[1].token: must be a string (got: a number)",
+    ],
+    [
+      entry({ token_env: [`ghp_${S}`] }),
+      "auth.json providers[1].token_env: must be a string (got: an array)",
+    ],
+    [
+      entry({
+        provider: "cloud-devops",
+        auth: "cloud-ad",
+        token_env: undefined,
+        tenant_id: "t",
+        client_id: "c",
+        client_secret_env: { value: `abc8Q~${S}` },
+      }),
+      "auth.json providers[1].client_secret_env: must be a string (got: an object)",
     ],
     [
       entry({ token_env: `eyJhbGciOi.${S}.sig` }),

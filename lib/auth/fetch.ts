@@ -188,8 +188,22 @@ async function prepare(init: RequestInit): Promise<Prepared> {
   return { method, headers, own, body, signal: init.signal ?? null };
 }
 
+/** The port a URL connects to, given or implied by its scheme. */
+function portOf(url: URL): string {
+  return url.port || (url.protocol === "https:" ? "443" : "80");
+}
+
+/**
+ * Why the Authorization header must not go on to `to`, or null when it may:
+ * only to a host the credential covers, on the same scheme and port (another
+ * port of one host may be another service, even another user's).
+ */
 function stripReason(cred: Credential, from: URL, to: URL): string | null {
   if (from.protocol === "https:" && to.protocol === "http:") return "https to http downgrade";
+  if (from.protocol !== to.protocol) {
+    return `scheme changes from ${from.protocol} to ${to.protocol}`;
+  }
+  if (portOf(from) !== portOf(to)) return `port changes from ${portOf(from)} to ${portOf(to)}`;
   const plain = plainHttpProblem(to);
   if (plain) return plain;
   const host = normalizeHost(to.hostname);
@@ -336,7 +350,7 @@ function describe(entry: AuthEntry): string {
  * to the next, and when all are exhausted exactly one unauthenticated
  * request is made. Redirects (at most 10) are followed here: the
  * Authorization header survives a hop only to a host inside the entry's
- * hosts and never from https to http.
+ * hosts, on the same scheme and port.
  *
  * @example
  * ```ts
@@ -398,8 +412,10 @@ function route(
   ) {
     options.verbose(`* auth.json's entries for ${url.hostname} not used: ${notUsed}`);
   }
+  // With the caller's own Authorization header the URL is fetched as given: that header
+  // goes to this host only, and auth.json's tokens are not used instead.
   if (
-    plan.releaseApi && options.resolveReleases !== false &&
+    plan.releaseApi && options.resolveReleases !== false && req.own === null &&
     (req.method === "GET" || req.method === "HEAD")
   ) {
     const ref = parseReleaseDownload(url);

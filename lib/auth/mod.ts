@@ -17,6 +17,7 @@ import { runFetch } from "./cmd_fetch.ts";
 export { authFetch, type AuthFetchOptions, matchingEntries } from "./fetch.ts";
 export { type AuthConfig, type AuthEntry, parseAuthConfig } from "./config.ts";
 export { authFilePath, loadAuthConfig } from "./config_file.ts";
+export { parseUrlArgument, redactUrlText } from "./redact.ts";
 
 /** The commands lib/auth adds to forgekit. */
 export const commands: Command[] = [

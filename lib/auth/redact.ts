@@ -17,3 +17,40 @@ export function redactUrl(url: URL): string {
   shown.password = "";
   return shown.href;
 }
+
+/**
+ * Text the user gave as a URL, for messages, whether or not it parses:
+ * everything between the scheme and the last `@` (a user name and password,
+ * often a token) is shown as `****`. An `@` later in the text masks more
+ * than needed, never less.
+ *
+ * @example
+ * ```ts
+ * redactUrlText("https://u:ghp_abc@exa mple.com/"); // "https://****@exa mple.com/"
+ * redactUrlText("not a url"); // "not a url"
+ * ```
+ */
+export function redactUrlText(text: string): string {
+  const at = text.lastIndexOf("@");
+  if (at < 0) return text;
+  const start = /^[A-Za-z][A-Za-z0-9+.-]*:[/\\]+/.exec(text)?.[0].length ?? 0;
+  return `${text.slice(0, start)}****${text.slice(at)}`;
+}
+
+/**
+ * Parses a URL the user gave. When it does not parse, the TypeError names the
+ * text with any credentials in it masked (the runtime's own message quotes
+ * the text in full).
+ *
+ * @example
+ * ```ts
+ * parseUrlArgument("https://api.github.com/user").hostname; // "api.github.com"
+ * ```
+ */
+export function parseUrlArgument(text: string): URL {
+  try {
+    return new URL(text);
+  } catch {
+    throw new TypeError(`Invalid URL: ${JSON.stringify(redactUrlText(text))}`);
+  }
+}

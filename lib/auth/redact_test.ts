@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { redactUrl } from "./redact.ts";
+import { redactUrl, redactUrlText } from "./redact.ts";
 
 Deno.test("redactUrl() shows no user name or password and leaves the rest alone", () => {
   const cases: [string, string][] = [
@@ -10,4 +10,16 @@ Deno.test("redactUrl() shows no user name or password and leaves the rest alone"
     ["http://u:p@127.0.0.1:8080/a#f", "http://****@127.0.0.1:8080/a#f"],
   ];
   for (const [url, want] of cases) assert.equal(redactUrl(new URL(url)), want, url);
+});
+
+Deno.test("redactUrlText() masks what precedes the last @, whether or not the text parses", () => {
+  const cases: [string, string][] = [
+    ["https://u:ghp_secret@exa mple.com/", "https://****@exa mple.com/"],
+    ["https://u:p@w@host/", "https://****@host/"],
+    ["https:\\\\u:tok@host/", "https:\\\\****@host/"],
+    ["u:tok@host", "****@host"],
+    ["https://api.github.com/user", "https://api.github.com/user"],
+    ["not a url", "not a url"],
+  ];
+  for (const [text, want] of cases) assert.equal(redactUrlText(text), want, text);
 });

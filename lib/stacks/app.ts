@@ -127,7 +127,8 @@ export function createApp(options: AppOptions): Hono<Env> {
       if (!user) throw new ApiError(401, "Bad credentials");
       c.set("user", user);
     }
-    if (c.req.method !== "GET") return await next();
+    // Hono answers HEAD with its GET route and drops the body afterwards: same ETag, same 304.
+    if (c.req.method !== "GET" && c.req.method !== "HEAD") return await next();
     const request = { id: requestId, ifNoneMatch: c.req.header("if-none-match"), apiVersion };
     const key = `${c.get("user")?.id ?? 0} ${c.req.url}`;
     const version = await options.store.dataVersion();

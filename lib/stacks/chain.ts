@@ -30,7 +30,8 @@ export function requestedNumbers(
   min: number,
   max: number,
 ): { numbers: number[]; problems: Problem[] } {
-  if (!Array.isArray(value) || !value.every((n) => Number.isInteger(n) && n > 0)) {
+  // Safe integers only: 9007199254740993 would be read as 9007199254740992, another number.
+  if (!Array.isArray(value) || !value.every((n) => Number.isSafeInteger(n) && n > 0)) {
     return {
       numbers: [],
       problems: [{

@@ -79,6 +79,27 @@ Deno.test("requestedNumbers() enforces the type and the 2..100 / 1..100 limits",
   assert.equal(requestedNumbers([1, 2.5], 2, 100).problems.length, 1);
 });
 
+Deno.test("requestedNumbers() takes only safe positive integers, which name exactly one pull request", () => {
+  const bad: unknown[] = [
+    [1, 2 ** 53 + 1],
+    [1, 1e300],
+    [1, 0],
+    [1, -2],
+    [1, "2"],
+    [1, null],
+    [1, true],
+    [1, [2]],
+  ];
+  for (const value of bad) {
+    assert.deepEqual(
+      requestedNumbers(value, 2, 100).problems.map((p) => p.message),
+      ["pull_requests must be an array of pull request numbers"],
+      JSON.stringify(value),
+    );
+  }
+  assert.deepEqual(requestedNumbers([1, 2 ** 53 - 1], 2, 100).problems, []);
+});
+
 Deno.test("mergePlan() cascades from the bottom, retargets the next, and is blocked by a closed PR below", () => {
   const s = [pr(1, "main", "a"), pr(2, "a", "b"), pr(3, "b", "c")];
   assert.deepEqual(mergePlan(s, 1), { ok: true, merge: [1, 2], retarget: 3 });

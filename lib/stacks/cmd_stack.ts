@@ -1,5 +1,5 @@
 /** `forgekit stack`: the Stacks API client, through lib/auth's fetch wrapper. */
-import { authFetch } from "../auth/mod.ts";
+import { authFetch, parseUrlArgument, redactUrlText } from "../auth/mod.ts";
 import {
   bold,
   CliError,
@@ -220,9 +220,13 @@ function setup(command: string, args: string[], extra: Record<string, { type: "s
   }https://ghe.example.com/api/v3`;
   let parsed: URL;
   try {
-    parsed = new URL(apiUrl);
+    parsed = parseUrlArgument(apiUrl);
   } catch (err) {
-    throw usageError(`${option} is not a URL (got: ${JSON.stringify(apiUrl)})`, example, err);
+    throw usageError(
+      `${option} is not a URL (got: ${JSON.stringify(redactUrlText(apiUrl))})`,
+      example,
+      err,
+    );
   }
   if (parsed.username || parsed.password) {
     // Never echoed: the password is likely a token.
@@ -273,7 +277,7 @@ function numbers(positionals: string[], what: string): number[] {
 function noArguments(command: string, positionals: string[]): void {
   if (positionals.length) {
     throw usageError(
-      `Unexpected argument: ${positionals[0]}`,
+      `Unexpected argument: ${redactUrlText(positionals[0])}`,
       `run: forgekit stack ${command} --help`,
     );
   }

@@ -286,6 +286,9 @@ Deno.test("a database from before content_type keeps sending its hooks JSON", as
       created_at TEXT NOT NULL, updated_at TEXT NOT NULL, closed_at TEXT, merged_at TEXT, merge_commit_sha TEXT,
       stack_id INTEGER, stack_position INTEGER, UNIQUE (repo_id, number));
     CREATE INDEX pulls_base ON pulls (repo_id, base_ref);
+    CREATE TABLE stacks (
+      id INTEGER PRIMARY KEY, repo_id INTEGER NOT NULL, number INTEGER NOT NULL, base_ref TEXT NOT NULL,
+      created_at TEXT NOT NULL, UNIQUE (repo_id, number));
     PRAGMA user_version = 1;`);
   v1.close();
   const store = openSqliteStore(path);

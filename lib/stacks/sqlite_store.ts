@@ -27,7 +27,18 @@ import { sqliteFailure } from "./sqlite_failure.ts";
 import type { NewPull, Page, PullFilter, PullPatch, Store } from "./store.ts";
 import { StoreError } from "./store_error.ts";
 
-const SCHEMA_VERSION = 3;
+const SCHEMA_VERSION = 4;
+
+/**
+ * The next id of each table whose rows are deleted (a dissolved stack, a
+ * deleted hook). SQLite would hand the largest deleted id out again, and an
+ * `id` is a global identifier: webhook receivers and clients key on it.
+ */
+const SERIALS = `
+CREATE TABLE IF NOT EXISTS serials (name TEXT PRIMARY KEY, next INTEGER NOT NULL);
+INSERT OR IGNORE INTO serials (name, next) VALUES
+  ('stacks', (SELECT coalesce(max(id), 0) + 1 FROM stacks)),
+  ('hooks', (SELECT coalesce(max(id), 0) + 1 FROM hooks));`;
 
 /** What takes a database from version `n - 1` to `n` (version 0, a new one, gets SCHEMA). */
 const MIGRATIONS: Record<number, string> = {
@@ -35,6 +46,8 @@ const MIGRATIONS: Record<number, string> = {
   2: "ALTER TABLE hooks ADD COLUMN content_type TEXT NOT NULL DEFAULT 'json';",
   // Pull listings read in index order instead of sorting every pull request.
   3: `DROP INDEX IF EXISTS pulls_base; ${PULL_LIST_INDEXES}`,
+  // Ids of dissolved stacks and deleted hooks are never given out again.
+  4: SERIALS,
 };
 
 const SCHEMA = `
@@ -68,7 +81,8 @@ CREATE TABLE IF NOT EXISTS deliveries (
   redelivery INTEGER NOT NULL, created_at TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS deliveries_due ON deliveries (status, next_attempt_at);
 CREATE INDEX IF NOT EXISTS deliveries_hook ON deliveries (hook_id, id);
-${PULL_LIST_INDEXES}`;
+${PULL_LIST_INDEXES}
+${SERIALS}`;
 
 type Row = Record<string, SQLInputValue>;
 
@@ -567,19 +581,32 @@ class SqliteStore implements Store {
     return toPull(this.#w.get(`${PULL_SELECT} WHERE p.id = ?`, id)!);
   }
 
+  /** The next id of `table` (see {@linkcode SERIALS}), taken in one statement. */
+  #nextId(table: "stacks" | "hooks"): number {
+    return Number(
+      this.#w.get(
+        "UPDATE serials SET next = next + 1 WHERE name = ? RETURNING next - 1 AS id",
+        table,
+      )!
+        .id,
+    );
+  }
+
   async insertStack(repoId: number, baseRef: string) {
     const num = Number(
       this.#w.get("SELECT next_stack FROM repos WHERE id = ?", repoId)!.next_stack,
     );
     this.#w.run("UPDATE repos SET next_stack = next_stack + 1 WHERE id = ?", repoId);
-    const res = this.#w.run(
-      "INSERT INTO stacks (repo_id, number, base_ref, created_at) VALUES (?, ?, ?, ?)",
+    const id = this.#nextId("stacks");
+    this.#w.run(
+      "INSERT INTO stacks (id, repo_id, number, base_ref, created_at) VALUES (?, ?, ?, ?, ?)",
+      id,
       repoId,
       num,
       baseRef,
       now(),
     );
-    return toStack(this.#w.get("SELECT * FROM stacks WHERE id = ?", Number(res.lastInsertRowid))!);
+    return toStack(this.#w.get("SELECT * FROM stacks WHERE id = ?", id)!);
   }
   async getStack(repoId: number, number: number) {
     const row = this.#r.get(
@@ -650,8 +677,10 @@ class SqliteStore implements Store {
     h: Pick<HookRow, "repo_id" | "url" | "secret" | "events" | "active" | "content_type">,
   ) {
     const t = now();
-    const res = this.#w.run(
-      "INSERT INTO hooks (repo_id, url, secret, events, active, content_type, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+    const id = this.#nextId("hooks");
+    this.#w.run(
+      "INSERT INTO hooks (id, repo_id, url, secret, events, active, content_type, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+      id,
       h.repo_id,
       h.url,
       h.secret,
@@ -661,7 +690,7 @@ class SqliteStore implements Store {
       t,
       t,
     );
-    return toHook(this.#w.get("SELECT * FROM hooks WHERE id = ?", Number(res.lastInsertRowid))!);
+    return toHook(this.#w.get("SELECT * FROM hooks WHERE id = ?", id)!);
   }
   async getHook(repoId: number, id: number) {
     const row = this.#r.get("SELECT * FROM hooks WHERE repo_id = ? AND id = ?", repoId, id);
