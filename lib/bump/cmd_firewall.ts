@@ -243,6 +243,7 @@ export async function runFirewall(argv: string[]): Promise<number> {
         policy: { allow, block },
         log,
         upstream,
+        patterns,
         bump: bump && {
           splice: (host) => noBump.some((d) => domainMatches(d, host)),
           intercept: (c, h, p, hello) => bump!.intercept(c, h, p, hello),

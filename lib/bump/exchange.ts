@@ -75,6 +75,28 @@ export interface BumpReply {
 export type BumpHandler = (req: BumpRequest) => Promise<BumpReply>;
 
 /**
+ * A request a server refused on its own, before any handler saw it (a
+ * malformed or oversized head, a CONNECT inside the connection): for the
+ * access log. `method` and `target` are what could be read, else "?" and null.
+ */
+export interface Refusal {
+  method: string;
+  /** The request target as sent (origin or absolute form), when printable. */
+  target: string | null;
+  status: number;
+  /** Why, e.g. `bad request: two Content-Length fields`. */
+  why: string;
+}
+
+/** Options both servers take. */
+export interface ServeOptions {
+  /** How long a request head may take. */
+  headTimeoutMs?: number;
+  /** Told of each request the server refused on its own. */
+  onRefused?: (refusal: Refusal) => void;
+}
+
+/**
  * A reply of forgekit's own (a refusal, an error): text, with
  * `X-Proxy-Error` when a reason is given. `statusText` is for HTTP/1.1.
  */

@@ -24,7 +24,12 @@ import {
 import { FIELD_VALUE, type ParsedHead, parseRequestHead, TOKEN } from "./request_head.ts";
 import { copyToSocket, relay, type SocketIo } from "./socket_io.ts";
 import { closeQuietly, concat } from "./conn_io.ts";
-import { type BumpHandler, type BumpReply, RequestBodyError } from "./exchange.ts";
+import {
+  type BumpHandler,
+  type BumpReply,
+  RequestBodyError,
+  type ServeOptions,
+} from "./exchange.ts";
 import { latin1Decode, latin1Encode } from "./latin1.ts";
 
 const enc = new TextEncoder();
@@ -40,6 +45,8 @@ async function readHead(io: SocketIo): Promise<string | "idle" | "partial" | "to
     acc = concat([acc, chunk]);
     for (let i = Math.max(3, scanned); i < acc.byteLength; i++) {
       if (acc[i] === 10 && acc[i - 1] === 13 && acc[i - 2] === 10 && acc[i - 3] === 13) {
+        // The limit holds however the head arrived (one read may bring more than it).
+        if (i + 1 > MAX_HEAD) return "too-large";
         io.unread(acc.subarray(i + 1));
         return latin1Decode(acc, 0, i - 3);
       }
@@ -152,9 +159,18 @@ async function refuse(io: SocketIo, status: number, reason: string, body: string
 export async function serveH1(
   io: SocketIo,
   handler: BumpHandler,
-  options: { headTimeoutMs?: number } = {},
+  options: ServeOptions = {},
 ): Promise<void> {
   const timeout = options.headTimeoutMs ?? HEAD_TIMEOUT_MS;
+  const refused = (head: string | null, status: number, why: string) => {
+    const [method = "?", target = ""] = (head ?? "").split("\r\n", 1)[0].split(" ");
+    options.onRefused?.({
+      method: TOKEN.test(method) ? method : "?",
+      target: /^(\/|https:\/\/)[\x21-\x7e]*$/.test(target) ? target : null,
+      status,
+      why,
+    });
+  };
   // One timer per connection, not one per request: it ends a head read
   // that has taken longer than the limit.
   let waitingSince: number | null = null;
@@ -177,6 +193,7 @@ export async function serveH1(
         );
       }
       if (head === "too-large") {
+        refused(null, 431, `request head larger than ${MAX_HEAD} bytes`);
         return await refuse(
           io,
           431,
@@ -185,8 +202,11 @@ export async function serveH1(
         );
       }
       const req = parseRequestHead(head);
-      if (!req.ok) return await refuse(io, 400, "Bad Request", `Bad request: ${req.why}\n`);
-      if (!await exchange(io, req, handler)) return;
+      if (!req.ok) {
+        refused(head, 400, `bad request: ${req.why}`);
+        return await refuse(io, 400, "Bad Request", `Bad request: ${req.why}\n`);
+      }
+      if (!await exchange(io, req, handler, refused)) return;
     }
   } catch {
     // the connection failed
@@ -201,11 +221,17 @@ async function exchange(
   io: SocketIo,
   req: Extract<ParsedHead, { ok: true }>,
   handler: BumpHandler,
+  refused: (head: string, status: number, why: string) => void,
 ): Promise<boolean> {
   const host = req.headers.find(([k]) => k === "host")?.[1] ?? "";
   if (req.target.startsWith("https://")) {
     const authority = req.target.slice(8).split(/[/?]/)[0].toLowerCase();
     if (host !== "" && host.toLowerCase() !== authority) {
+      refused(
+        `${req.method} ${req.target}\r\n`,
+        400,
+        "bad request: the Host field differs from the target",
+      );
       await refuse(io, 400, "Bad Request", "Bad request: the Host field differs from the target\n");
       return false;
     }

@@ -40,7 +40,13 @@ import { FIELD_VALUE } from "./request_head.ts";
 import { gatheredReads, type SocketIo } from "./socket_io.ts";
 import { closeQuietly, concat } from "./conn_io.ts";
 import { HEAD_TIMEOUT_MS } from "./http_head.ts";
-import { type BumpHandler, type BumpReply, ownReply, RequestBodyError } from "./exchange.ts";
+import {
+  type BumpHandler,
+  type BumpReply,
+  ownReply,
+  RequestBodyError,
+  type ServeOptions,
+} from "./exchange.ts";
 
 /** The most streams a client may have open at once. */
 export const MAX_STREAMS = 100;
@@ -97,9 +103,9 @@ interface Stream {
 export async function serveH2(
   io: SocketIo,
   handler: BumpHandler,
-  options: { headTimeoutMs?: number } = {},
+  options: ServeOptions = {},
 ): Promise<void> {
-  await new H2Connection(io, handler, options.headTimeoutMs ?? HEAD_TIMEOUT_MS).serve();
+  await new H2Connection(io, handler, options).serve();
 }
 
 class H2Connection {
@@ -128,10 +134,32 @@ class H2Connection {
   #goingAway = false;
   #idleSince: number | null = performance.now();
 
-  constructor(io: SocketIo, handler: BumpHandler, timeout: number) {
+  #onRefused: ServeOptions["onRefused"];
+
+  constructor(io: SocketIo, handler: BumpHandler, options: ServeOptions) {
     this.#io = io;
     this.#handler = handler;
-    this.#timeout = timeout;
+    this.#timeout = options.headTimeoutMs ?? HEAD_TIMEOUT_MS;
+    this.#onRefused = options.onRefused;
+  }
+
+  /** Answers a stream on the server's own, and says so (for the log). */
+  #refuse(
+    stream: Stream,
+    fields: [string, string][] | null,
+    reply: BumpReply,
+    why: string,
+  ): void {
+    const field = (name: string) => fields?.find(([k]) => k === name)?.[1];
+    const method = field(":method") ?? "?";
+    const path = field(":path") ?? "";
+    this.#onRefused?.({
+      method: LOWER_TOKEN.test(method.toLowerCase()) ? method : "?",
+      target: /^\/[\x21-\x7e]*$/.test(path) ? path : null,
+      status: reply.status,
+      why,
+    });
+    this.#start(stream, reply);
   }
 
   async serve(): Promise<void> {
@@ -435,29 +463,43 @@ class H2Connection {
     this.#streams.set(id, stream);
     this.#idleSince = null;
     if (fields === null) {
-      return this.#start(
+      return this.#refuse(
         stream,
+        null,
         ownReply(431, "", `Request header fields larger than ${MAX_HEADER_LIST} bytes\n`),
+        `request header fields larger than ${MAX_HEADER_LIST} bytes`,
       );
     }
     const req = checkRequestFields(fields);
-    if (!req.ok) return this.#start(stream, ownReply(400, "", `Bad request: ${req.why}\n`));
-    if (req.connect) {
-      return this.#start(
+    if (!req.ok) {
+      return this.#refuse(
         stream,
+        fields,
+        ownReply(400, "", `Bad request: ${req.why}\n`),
+        `bad request: ${req.why}`,
+      );
+    }
+    if (req.connect) {
+      return this.#refuse(
+        stream,
+        fields,
         ownReply(
           405,
           "",
           "CONNECT is not supported inside a bumped connection\n",
           "connect-refused",
         ),
+        "bad request: CONNECT inside a bumped connection",
       );
     }
     stream.length = req.length;
     if (endStream && req.length !== null && req.length !== 0) {
-      return this.#start(
+      const why = "the body is shorter than its content-length";
+      return this.#refuse(
         stream,
-        ownReply(400, "", "Bad request: the body is shorter than its content-length\n"),
+        fields,
+        ownReply(400, "", `Bad request: ${why}\n`),
+        `bad request: ${why}`,
       );
     }
     const expects = req.headers.some(([k, v]) =>

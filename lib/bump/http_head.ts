@@ -50,6 +50,8 @@ export async function readHttpHead(
     buf = next;
     for (let i = Math.max(3, scanned); i < buf.length; i++) {
       if (buf[i - 3] === 13 && buf[i - 2] === 10 && buf[i - 1] === 13 && buf[i] === 10) {
+        // The limit holds however the head arrived (one read may bring more than it).
+        if (i + 1 > MAX_HEAD) throw new HeadTooLargeError();
         return {
           head: latin1Decode(buf, 0, i - 3),
           rest: buf.subarray(i + 1),

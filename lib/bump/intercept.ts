@@ -18,14 +18,20 @@
  */
 import { LeafCache } from "./leaf_cache.ts";
 import type { Leaf } from "./ca.ts";
-import { decideUrl, type UrlPattern } from "./url_pattern.ts";
+import { decideUrl, urlBlockMessage, type UrlPattern } from "./url_pattern.ts";
 import { type ByteConn, closeQuietly } from "./conn_io.ts";
 import { type AccessLogEntry, logTime } from "./access_log.ts";
 import { type OriginClient, type OriginResponse, RequestCancelled } from "./origin_client.ts";
 import { NodeConn } from "./node_conn.ts";
 import { SocketIo } from "./socket_io.ts";
 import { fieldTokens, HEAD_TIMEOUT_MS, HOP_BY_HOP } from "./http_head.ts";
-import { type BumpReply, type BumpRequest, ownReply, RequestBodyError } from "./exchange.ts";
+import {
+  type BumpReply,
+  type BumpRequest,
+  ownReply,
+  type Refusal,
+  RequestBodyError,
+} from "./exchange.ts";
 import { serveH1 } from "./h1_server.ts";
 import { serveH2 } from "./h2_server.ts";
 import tls from "node:tls";
@@ -90,7 +96,8 @@ export function splitRawUrl(url: string): { authority: string; path: string; que
 
 /** The authority a request for `host:port` must carry (the port only when not 443). */
 export function expectedAuthority(host: string, port: number): string[] {
-  const h = host.toLowerCase();
+  // An IPv6 literal is written in brackets in a Host field or :authority.
+  const h = host.includes(":") ? `[${host.toLowerCase()}]` : host.toLowerCase();
   return port === 443 ? [h, `${h}:443`] : [`${h}:${port}`];
 }
 
@@ -136,7 +143,10 @@ export class Interceptor {
         `ssl-bump: ${ctx.host}:${port}: ${h2 ? "HTTP/2" : "HTTP/1.1"} (on the client connection)`,
       );
       const serve = h2 ? serveH2 : serveH1;
-      await serve(io, (req) => this.#answer(ctx, req), { headTimeoutMs: this.#opts.headTimeoutMs });
+      await serve(io, (req) => this.#answer(ctx, req), {
+        headTimeoutMs: this.#opts.headTimeoutMs,
+        onRefused: (r) => this.#logRefusal(ctx, r),
+      });
       // The writing side has ended; the client gets a moment to close its own.
       const timer = setTimeout(() => socket!.destroy(), 2000);
       await closed;
@@ -186,6 +196,31 @@ export class Interceptor {
     this.#contexts.clear();
     for (const socket of this.#sockets) socket.destroy();
     await Promise.resolve();
+  }
+
+  /** Logs a request a server refused on its own (malformed, oversized). */
+  #logRefusal(ctx: ConnContext, r: Refusal): void {
+    const url = r.target === null
+      ? null
+      : r.target.startsWith("/")
+      ? `https://${authorityOf(ctx)}${r.target}`
+      : r.target;
+    this.#opts.log({
+      time: logTime(),
+      method: r.method,
+      scheme: "https",
+      host: ctx.host,
+      port: ctx.port,
+      url,
+      decision: "blocked",
+      rule: r.why.includes("unsafe body framing") ? "bad-framing" : "bad-request",
+      status: r.status,
+      bytes_out: 0,
+      bytes_in: 0,
+      duration_ms: 0,
+      reason: r.why,
+    });
+    this.#opts.debug?.(`ssl-bump: refused ${url ?? "a request"}: ${r.why}`);
   }
 
   /** One request, from either server. */
@@ -250,8 +285,6 @@ export class Interceptor {
       query: raw.query,
     });
     if (!decision.allowed) {
-      const list = decision.hostPatterns.map((p) => p.source).join(", ");
-      const why = decision.normalisedPath === null ? " (the path cannot be normalised safely)" : "";
       this.#opts.log(entry("blocked", decision.rule, 403, {
         reason: decision.normalisedPath === null ? "unsafe path" : undefined,
       }));
@@ -259,8 +292,7 @@ export class Interceptor {
       return ownReply(
         403,
         "Forbidden",
-        `Blocked by forgekit: ${sentUrl} matches no --allow-urls pattern for ${ctx.host}${why}; ` +
-          `patterns for this host: ${list}\n`,
+        urlBlockMessage(sentUrl, ctx.host, decision),
         "blocked-by-url-policy",
       );
     }
@@ -357,5 +389,5 @@ async function handshake(socket: tls.TLSSocket, closed: Promise<void>, ms: numbe
 }
 
 function authorityOf(ctx: ConnContext): string {
-  return ctx.port === 443 ? ctx.host : `${ctx.host}:${ctx.port}`;
+  return expectedAuthority(ctx.host, ctx.port)[0];
 }

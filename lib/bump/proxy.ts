@@ -28,6 +28,7 @@ import { BodyEnd } from "./body_end.ts";
 import { RequestBodyError } from "./exchange.ts";
 import { latin1Encode } from "./latin1.ts";
 import { dialHttp, dialTunnel, type UpstreamProxyEnv } from "./upstream.ts";
+import { decideUrl, urlBlockMessage, type UrlPattern } from "./url_pattern.ts";
 
 /** What the proxy needs to run. */
 export interface ProxyOptions {
@@ -44,6 +45,11 @@ export interface ProxyOptions {
   };
   /** How long a client has to send its request head (default 30 s). */
   headTimeoutMs?: number;
+  /**
+   * The `--allow-urls` patterns: plain HTTP to a host they name is blocked
+   * (they allow only `https://` URLs on it).
+   */
+  patterns?: UrlPattern[];
 }
 
 const enc = new TextEncoder();
@@ -303,6 +309,25 @@ export async function handleClient(conn: ByteConn, opts: ProxyOptions): Promise<
       reason: `blocked-by-${d.reason}`,
     });
     return await refuse(conn, blockResponse(host, d));
+  }
+  const byUrl = decideUrl(opts.patterns ?? [], {
+    scheme: "http",
+    host,
+    port,
+    path: url.pathname,
+    query: url.search.slice(1),
+  });
+  if (!byUrl.allowed) {
+    logHttp({ decision: "blocked", rule: byUrl.rule, status: 403 });
+    return await refuse(
+      conn,
+      errorResponse(
+        403,
+        "Forbidden",
+        urlBlockMessage(href, host, byUrl),
+        "blocked-by-url-policy",
+      ),
+    );
   }
   // Read strictly: what is forwarded is what was checked, and nothing a
   // server behind might read differently (a second request, a Host that

@@ -22,6 +22,8 @@ export interface UrlPattern {
 
 /** What a request is matched on. `path` is the raw path the client sent. */
 export interface UrlRequest {
+  /** "https" unless given: plain "http" matches no pattern. */
+  scheme?: "https" | "http";
   host: string;
   port: number;
   path: string;
@@ -207,20 +209,30 @@ export function hostMatches(patternHost: string, host: string): boolean {
   return h === patternHost;
 }
 
-const GLOBS = new Map<string, RegExp>();
-
+/**
+ * Whether `value` matches `pattern`, whose `*` stands for any run of
+ * characters. Linear in the value's length (no backtracking regex: a
+ * request head may hold a 64 KiB path, and the proxy decides on one
+ * thread): the first piece is a prefix, the last a suffix, and each piece
+ * between is found in order, leftmost first.
+ */
 function glob(pattern: string, value: string): boolean {
   if (!pattern.includes("*")) return pattern === value;
-  let re = GLOBS.get(pattern);
-  if (!re) {
-    // Patterns come from the command line only, so this map stays small.
-    re = new RegExp(
-      "^" + pattern.split("*").map((p) => p.replace(/[.+?^${}()|[\]\\]/g, "\\$&")).join(".*") + "$",
-      "s",
-    );
-    GLOBS.set(pattern, re);
+  const pieces = pattern.split("*");
+  const first = pieces[0];
+  const last = pieces[pieces.length - 1];
+  if (value.length < first.length + last.length) return false;
+  if (!value.startsWith(first) || !value.endsWith(last)) return false;
+  let at = first.length;
+  const end = value.length - last.length;
+  for (let i = 1; i < pieces.length - 1; i++) {
+    const piece = pieces[i];
+    if (piece === "") continue;
+    const found = value.indexOf(piece, at);
+    if (found === -1 || found + piece.length > end) return false;
+    at = found + piece.length;
   }
-  return re.test(value);
+  return true;
 }
 
 function pathMatches(segments: string[], path: string): boolean {
@@ -234,10 +246,13 @@ function pathMatches(segments: string[], path: string): boolean {
 }
 
 /**
- * Decides one request on a bumped host: allowed when no pattern names the
- * host and port, or when one of the patterns naming them matches the
- * normalised path (and query, when the pattern has one). A path that cannot
- * be normalised safely is blocked whenever patterns name the host.
+ * Decides one request: allowed when no pattern names the host, or when one
+ * of the patterns naming it matches the port, the normalised path (and the
+ * query, when the pattern has one). Fail closed: a host named by patterns
+ * is held to them on every port and scheme, so a plain-HTTP request
+ * (`scheme: "http"`, which no `https://` pattern matches) or a port no
+ * pattern names is blocked, and so is a path that cannot be normalised
+ * safely.
  *
  * @example
  * ```ts
@@ -248,7 +263,7 @@ function pathMatches(segments: string[], path: string): boolean {
  * ```
  */
 export function decideUrl(patterns: UrlPattern[], req: UrlRequest): UrlDecision {
-  const hostPatterns = patterns.filter((p) => p.port === req.port && hostMatches(p.host, req.host));
+  const hostPatterns = patterns.filter((p) => hostMatches(p.host, req.host));
   const normalisedPath = normalisePath(req.path);
   if (hostPatterns.length === 0) {
     return { allowed: true, rule: "url-policy:no-pattern-for-host", hostPatterns, normalisedPath };
@@ -256,8 +271,11 @@ export function decideUrl(patterns: UrlPattern[], req: UrlRequest): UrlDecision 
   if (normalisedPath === null) {
     return { allowed: false, rule: "url-policy:unsafe-path", hostPatterns, normalisedPath };
   }
+  if ((req.scheme ?? "https") !== "https") {
+    return { allowed: false, rule: "url-policy:no-match", hostPatterns, normalisedPath };
+  }
   for (const p of hostPatterns) {
-    if (!pathMatches(p.segments, normalisedPath)) continue;
+    if (p.port !== req.port || !pathMatches(p.segments, normalisedPath)) continue;
     if (p.query !== null && !glob(p.query, req.query)) continue;
     return {
       allowed: true,
@@ -268,4 +286,20 @@ export function decideUrl(patterns: UrlPattern[], req: UrlRequest): UrlDecision 
     };
   }
   return { allowed: false, rule: "url-policy:no-match", hostPatterns, normalisedPath };
+}
+
+/**
+ * The body of a 403 for a URL the patterns block: the URL, why, and the
+ * patterns naming its host.
+ *
+ * @example
+ * ```ts
+ * urlBlockMessage("https://x.com/b", "x.com", decision);
+ * ```
+ */
+export function urlBlockMessage(url: string, host: string, d: UrlDecision): string {
+  const list = d.hostPatterns.map((p) => p.source).join(", ");
+  const why = d.normalisedPath === null ? " (the path cannot be normalised safely)" : "";
+  return `Blocked by forgekit: ${url} matches no --allow-urls pattern for ${host}${why}; ` +
+    `patterns for this host: ${list}\n`;
 }

@@ -137,7 +137,9 @@ Deno.test("decideUrl() allows a request only when a pattern for its host matches
     ["x.com", 443, "/case", "", false],
     ["x.com", 8443, "/port/a", "", true],
     ["x.com", 8443, "/allowed/a", "", false],
-    ["x.com", 9443, "/anything", "", true],
+    // Fail closed: a host named by patterns is held to them on every port.
+    ["x.com", 9443, "/anything", "", false],
+    ["x.com", 80, "/allowed/a", "", false],
     ["a.y.com", 443, "/pub/a", "", true],
     ["a.y.com", 443, "/priv/a", "", false],
     ["y.com", 443, "/priv/a", "", true],
@@ -146,6 +148,16 @@ Deno.test("decideUrl() allows a request only when a pattern for its host matches
   for (const [host, port, path, query, want] of cases) {
     const d = decideUrl(patterns, { host, port, path, query });
     assert.equal(d.allowed, want, `${host}:${port}${path}?${query} → ${d.rule}`);
+  }
+  // Plain HTTP matches no https:// pattern: blocked on a named host, free on others.
+  const http: [string, number, string, boolean][] = [
+    ["x.com", 80, "/allowed/a", false],
+    ["a.y.com", 80, "/pub/a", false],
+    ["z.com", 80, "/anything", true],
+  ];
+  for (const [host, port, path, want] of http) {
+    const d = decideUrl(patterns, { scheme: "http", host, port, path, query: "" });
+    assert.equal(d.allowed, want, `http://${host}:${port}${path} → ${d.rule}`);
   }
 });
 
@@ -161,4 +173,120 @@ Deno.test("decideUrl() names the deciding pattern and the host's patterns", () =
   ]);
   const unsafe = decideUrl(patterns, { host: "x.com", port: 443, path: "/a/..%5c", query: "" });
   assert.equal(unsafe.rule, "url-policy:unsafe-path");
+});
+
+Deno.test("normalisePath() decodes every unreserved escape and refuses every unsafe one", () => {
+  const cases: [string, string | null][] = [
+    ["/%7E%7e%2D%5F%2E%41%7A%30", "/~~-_.Az0"],
+    ["/a/%2E/b", "/a/b"],
+    ["/a/%2E", "/a/"],
+    ["/a/%2e%2E", "/"],
+    ["/a/.%2E/..", null],
+    ["/%3a%40%21", "/%3A%40%21"],
+    ["/%C3%A9", "/%C3%A9"],
+    ["/%252e%252e/x", "/%252e%252e/x"],
+    ["/a%5Cb", null],
+    ["/a%7Fb", null],
+    ["/a%7fb", null],
+    ["/a%0Ab", null],
+    ["/a%0db", null],
+    ["/a%09b", null],
+    ["/a%1Fb", null],
+    ["/a\x7fb", null],
+    ["/a b", null],
+    ["/a%", null],
+    ["/a%g0", null],
+  ];
+  for (const [raw, want] of cases) assert.equal(normalisePath(raw), want, raw);
+});
+
+Deno.test("parseUrlPattern() rejects IPv6 literals, fragments, ** hosts and more control characters", () => {
+  const cases: [string, RegExp][] = [
+    ["https://[::1]/x", /without user, fragment or IPv6 literal/],
+    ["https://a.com/x#frag", /without user, fragment/],
+    ["https://**/x", /too broad/],
+    ["https://**.com/x", /too broad|host is invalid/],
+    ["https://*.*.com/x", /too broad/],
+    ["https://a.com/x\n", /whitespace, quotes or control/],
+    ["https://a.com/x\r", /whitespace, quotes or control/],
+    ["https://a.com/x\x00", /whitespace, quotes or control/],
+    ["https://a.com/x\x7f", /whitespace, quotes or control/],
+    ["https://a.com/x`", /whitespace, quotes or control/],
+    ["https://a.com/x\u00a0", /whitespace, quotes or control/],
+    ["ftp://a.com/x", /must start with https:\/\//],
+    ["https:/a.com/x", /must start with https:\/\//],
+    ["https://a.com:/x", /port is invalid/],
+    ["https://a.com:443x/x", /port is invalid|host is invalid/],
+  ];
+  for (const [text, re] of cases) {
+    assert.throws(() => parseUrlPattern(text), (err: unknown) => {
+      assert.ok(err instanceof CliError, JSON.stringify(text));
+      assert.equal(err.exitCode, 2, JSON.stringify(text));
+      assert.match(err.message, re, JSON.stringify(text));
+      return true;
+    });
+  }
+});
+
+Deno.test("decideUrl() follows the README's pattern table and the ** and query rules", () => {
+  const patterns = parseUrlPatterns([
+    "https://github.com/myorg/*",
+    "https://github.com/myorg/**",
+    "https://api.github.com/repos/*/releases",
+    "https://*.example.com/v1/**",
+    "https://q.example/search?q=*",
+  ]);
+  const cases: [string, string, string, boolean][] = [
+    ["github.com", "/myorg/tool", "", true],
+    ["github.com", "/myorg/tool/info/refs", "service=git-upload-pack", true],
+    ["github.com", "/myorgx/tool", "", false],
+    ["github.com", "/other/x", "", false],
+    ["github.com", "/myorg/", "", true],
+    ["github.com", "/myorg%2Ftool", "", false],
+    ["github.com", "/MyOrg/tool", "", false],
+    ["api.github.com", "/repos/x/releases", "", true],
+    ["api.github.com", "/repos/x/y/releases", "", false],
+    ["api.github.com", "/repos/x%2Fy/releases", "", true], // %2F stays inside the segment
+    ["a.example.com", "/v1/x", "", true],
+    ["A.Example.COM", "/v1/x", "", true],
+    ["a.example.com.", "/v1/x", "", true],
+    ["a.example.com.", "/v2/x", "", false], // a trailing dot does not leave the patterns behind
+    ["example.com", "/v1/x", "", true], // named by no pattern: the apex stays at domain level
+    ["q.example", "/search", "q=a", true],
+    ["q.example", "/search", "", false],
+    ["q.example", "/search", "x=1&q=a", false],
+    ["q.example", "/Search", "q=a", false],
+  ];
+  for (const [host, path, query, want] of cases) {
+    const d = decideUrl(patterns, { host, port: 443, path, query });
+    assert.equal(d.allowed, want, `${host}${path}?${query} → ${d.rule}`);
+  }
+});
+
+Deno.test("hostMatches() ignores one trailing dot but not two, nor a bare suffix", () => {
+  const cases: [string, string, boolean][] = [
+    ["github.com", "github.com.", true],
+    ["github.com", "github.com..", false],
+    ["*.github.com", "api.github.com.", true],
+    ["*.github.com", "xgithub.com", false],
+  ];
+  for (const [p, h, want] of cases) assert.equal(hostMatches(p, h), want, `${p} ${h}`);
+});
+
+Deno.test("decideUrl() takes linear time: a long path cannot stall the proxy on a pattern with several *", () => {
+  // The proxy decides on its only thread: a request head may hold a 64 KiB path.
+  const patterns = parseUrlPatterns([
+    "https://x.com/dl/v*-*.tar.gz",
+    "https://x.com/s?q=*&*=*&x=*",
+  ]);
+  const requests = [
+    { host: "x.com", port: 443, path: "/dl/v" + "-".repeat(60_000), query: "" },
+    { host: "x.com", port: 443, path: "/s", query: "q=" + "&".repeat(60_000) },
+  ];
+  for (const req of requests) {
+    const started = performance.now();
+    assert.equal(decideUrl(patterns, req).allowed, false);
+    const ms = performance.now() - started;
+    assert.ok(ms < 250, `${req.path.slice(0, 8)}…?${req.query.slice(0, 4)}…: ${Math.round(ms)} ms`);
+  }
 });

@@ -48,13 +48,14 @@ export async function startBumpFront(options: {
 }): Promise<BumpFront> {
   const sessionDir = await Deno.makeTempDir({ prefix: "fw-test-" });
   const logs: BumpLogEntry[] = [];
+  const patterns = parseUrlPatterns(options.allowUrls);
   const debug: string[] = [];
   const accessLog = new AccessLog(join(sessionDir, "access.log"));
   const bump = await createBumpSession({
     sessionDir,
     sessionId: "test",
     allowDomains: ["github.com"],
-    patterns: parseUrlPatterns(options.allowUrls),
+    patterns,
     upstreamCaCerts: options.upstreamCaCerts,
     upstreamProxy: options.upstreamProxy,
     log: options.logToFile ? (e) => accessLog.write(e) : (e) => logs.push(e),
@@ -67,6 +68,7 @@ export async function startBumpFront(options: {
     policy: { allow: ["github.com"], block: [] },
     log: accessLog,
     upstream: { noProxy: [] },
+    patterns,
     bump: {
       splice: () => false,
       intercept: (c, h, p, hello) => bump.intercept(c, h, p, hello),
