@@ -347,6 +347,10 @@ Deno.test("bad input to the Stacks API gets 400, 404, 413 or 422 in GitHub's err
       ["GET", `${S}?pull_request=x`, undefined, 422, "Validation Failed"],
       ["GET", `${S}?per_page=-1`, undefined, 422, "Validation Failed"],
       ["GET", `${S}?page=0`, undefined, 422, "Validation Failed"],
+      ["GET", `${S}?page=1e3`, undefined, 422, "Validation Failed"],
+      ["GET", `${S}?per_page=0x10`, undefined, 422, "Validation Failed"],
+      ["GET", `${S}?per_page=%207`, undefined, 422, "Validation Failed"],
+      ["GET", `${S}?pull_request=99999999999999999999`, undefined, 422, "Validation Failed"],
       ["GET", "/repos/alice/%E2%9C%93/stacks", undefined, 404, "Not Found"],
     ];
     for (const [method, path, body, status, message] of cases) {

@@ -88,7 +88,8 @@ export function pageParams(c: Context<Env>): { perPage: number; page: number } {
   const num = (name: string, dflt: number) => {
     const raw = c.req.query(name);
     if (raw === undefined || raw === "") return dflt;
-    const n = Number(raw);
+    // Decimal digits only: Number() would also take 1e3, 0x10 and " 7".
+    const n = /^\d+$/.test(raw) ? Number(raw) : NaN;
     if (!Number.isSafeInteger(n) || n < 1) {
       throw new ApiError(422, "Validation Failed", {
         errors: [{

@@ -47,7 +47,7 @@ export function stackRoutes(): Hono<Env> {
     let pr: number | null = null;
     if (raw !== undefined) {
       pr = Number(raw);
-      if (!/^\d+$/.test(raw) || pr < 1) {
+      if (!/^\d+$/.test(raw) || !Number.isSafeInteger(pr) || pr < 1) {
         throw validationFailed("Stack", [{
           field: "pull_request",
           code: "invalid",
