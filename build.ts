@@ -11,10 +11,10 @@
  *
  * Usage: deno task build [--require-binaries] [--bundle-only] [--target TRIPLE]…
  */
-import { parseArgs } from "node:util";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { VERSION } from "./lib/version.ts";
+import { exitCodeOf, formatError, parseCommandArgs, usageError } from "./lib/cli/mod.ts";
 
 /** The release targets of `deno compile`. */
 export const TARGETS = [
@@ -64,7 +64,8 @@ function binaryName(target: string): string {
 function reasonOf(stderr: string): string {
   const lines = stderr.split("\n").map((l) => l.trim()).filter(Boolean);
   const key = lines.find((l) => /denort|download|dns|network|connect/i.test(l));
-  return (key ?? lines.at(-1) ?? "unknown failure").replace(/^error:\s*/i, "").slice(0, 160);
+  const reason = (key ?? lines.at(-1) ?? "unknown failure").replace(/^error:\s*/i, "");
+  return reason.length > 160 ? `${reason.slice(0, 159)}…` : reason;
 }
 
 /** Compiles one target; returns null on success or the reason it failed. */
@@ -82,19 +83,40 @@ export async function compileTarget(target: string): Promise<string | null> {
   return r.ok ? null : reasonOf(r.stderr);
 }
 
-if (import.meta.main) {
-  const { values } = parseArgs({
-    args: Deno.args,
-    options: {
-      "require-binaries": { type: "boolean", default: false },
-      "bundle-only": { type: "boolean", default: false },
-      target: { type: "string", multiple: true },
-      help: { type: "boolean", short: "h" },
-    },
-    strict: true,
+const USAGE = "Usage: deno task build [--require-binaries] [--bundle-only] [--target TRIPLE]…";
+
+/** The build's options; a bad one is a usage error (exit 2), found before anything is built. */
+function parseBuildArgs(args: string[]) {
+  const { values, positionals } = parseCommandArgs("deno task build", args, {
+    "require-binaries": { type: "boolean", default: false },
+    "bundle-only": { type: "boolean", default: false },
+    target: { type: "string", multiple: true },
+    help: { type: "boolean", short: "h" },
   });
+  if (positionals.length > 0) {
+    throw usageError(
+      `Unexpected argument: ${positionals[0]}`,
+      "run: deno task build --help",
+    );
+  }
+  for (const t of values.target ?? []) {
+    if (!(TARGETS as readonly string[]).includes(t)) {
+      throw usageError(`Unknown --target ${t}`, `use one of: ${TARGETS.join(", ")}`);
+    }
+  }
+  return values;
+}
+
+if (import.meta.main) {
+  let values: ReturnType<typeof parseBuildArgs>;
+  try {
+    values = parseBuildArgs(Deno.args);
+  } catch (err) {
+    console.error(formatError(err));
+    Deno.exit(exitCodeOf(err));
+  }
   if (values.help) {
-    console.log("Usage: deno task build [--require-binaries] [--bundle-only] [--target TRIPLE]…");
+    console.log(USAGE);
     Deno.exit(0);
   }
   try {

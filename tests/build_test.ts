@@ -62,3 +62,27 @@ Deno.test("build.ts without denort says so in one line and still exits 0", async
   assert.equal(strict.code, 1);
   assert.match(new TextDecoder().decode(strict.stderr), /^error: no binaries for/m);
 });
+
+Deno.test("build.ts refuses an unknown option or target in one line with exit 2, before building", async () => {
+  const cases: [string[], RegExp][] = [
+    [["--frob"], /^error: Unknown option '--frob' \(run: deno task build --help\)\n$/],
+    [["extra"], /^error: Unexpected argument: extra \(run: deno task build --help\)\n$/],
+    [
+      ["--target", "x86_64-linux"],
+      /^error: Unknown --target x86_64-linux \(use one of: x86_64-unknown-linux-gnu, .+\)\n$/,
+    ],
+  ];
+  for (const [args, want] of cases) {
+    const out = await new Deno.Command(Deno.execPath(), {
+      args: ["run", "-A", "--quiet", "build.ts", ...args],
+      cwd: REPO_ROOT,
+      env: { NO_COLOR: "1" },
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    const stderr = new TextDecoder().decode(out.stderr);
+    assert.equal(out.code, 2, `${args.join(" ")}: ${stderr}`);
+    assert.match(stderr, want);
+    assert.equal(new TextDecoder().decode(out.stdout), "", "nothing was built");
+  }
+});

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { runForgekit, spawnForgekit } from "./support/cli.ts";
+import { runForgekit, runOnTerminal, spawnForgekit } from "./support/cli.ts";
 import { startRawServer } from "./support/raw_server.ts";
 import denoJson from "../deno.json" with { type: "json" };
 
@@ -617,6 +617,80 @@ Deno.test("fetch -d @FILE streams the file with its Content-Length: memory stays
     assert.ok(peak < size / 2, `peak memory ${peak >> 20} MiB for a ${size >> 20} MiB upload`);
   } finally {
     await server.shutdown();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("colours go only to a terminal: a report on stdout redirected to a file has none", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "forgekit-colour-" });
+  const authFile = join(dir, "auth.json");
+  await Deno.writeTextFile(
+    authFile,
+    JSON.stringify({
+      providers: [{
+        hosts: ["127.0.0.1"],
+        provider: "codehost",
+        auth: "bearer",
+        token_env: "COLOUR_TOKEN",
+      }],
+    }),
+    { mode: 0o600 },
+  );
+  // A stack for `stack view` to draw.
+  const ac = new AbortController();
+  const api = Deno.serve(
+    { hostname: "127.0.0.1", port: 0, signal: ac.signal, onListen() {} },
+    (req) => {
+      const path = new URL(req.url).pathname;
+      if (path === "/repos/o/r/stacks/1") {
+        return Response.json({
+          number: 1,
+          open: true,
+          base: { ref: "main" },
+          pull_requests: [{
+            number: 7,
+            state: "open",
+            draft: false,
+            merged_at: null,
+            head: { ref: "feature" },
+          }],
+        });
+      }
+      if (path === "/repos/o/r/pulls/7") return Response.json({ number: 7, title: "Seven" });
+      return Response.json({ message: "Not Found" }, { status: 404 });
+    },
+  );
+  const env = { COLOUR_TOKEN: "fks_colour_test_token" };
+  const ESC = "\x1b[";
+  const commands: [string, string[]][] = [
+    ["auth doctor", ["auth", "doctor", "--auth-file", authFile]],
+    ["stack view", [
+      "stack",
+      "view",
+      "1",
+      "--repo",
+      "o/r",
+      "--api-url",
+      `http://127.0.0.1:${api.addr.port}`,
+      "--auth-file",
+      authFile,
+    ]],
+  ];
+  try {
+    for (const [name, args] of commands) {
+      // On the terminal, the report is coloured: the check below is not vacuous.
+      const shown = await runOnTerminal(args, { env });
+      assert.equal(shown.code, 0, `${name}: ${shown.terminal}`);
+      assert.ok(shown.terminal.includes(ESC), `${name} colours a terminal: ${shown.terminal}`);
+      // `forgekit … > file` with stderr still on the terminal: the file gets plain text.
+      const redirected = await runOnTerminal(args, { env, stdoutToFile: true });
+      assert.equal(redirected.code, 0, `${name}: ${redirected.terminal}`);
+      assert.ok(redirected.file!.length > 0, name);
+      assert.ok(!redirected.file!.includes(ESC), `${name} > file: ${redirected.file}`);
+    }
+  } finally {
+    ac.abort();
+    await api.finished;
     await Deno.remove(dir, { recursive: true });
   }
 });

@@ -3,6 +3,7 @@ import { basename, dirname, join } from "node:path";
 import {
   bold,
   CliError,
+  colorEnabled,
   dispatchSubcommand,
   findCommand,
   green,
@@ -154,20 +155,21 @@ async function doctor(args: string[]): Promise<number> {
   if (values.json) {
     printJson({ file: path, valid: true, usable, warnings, entries: report });
   } else {
+    const on = colorEnabled(Deno.stdout); // the report goes to stdout
     lines.push(
-      `${bold(shown)}: valid, ${config.entries.length} ${
+      `${bold(shown, on)}: valid, ${config.entries.length} ${
         config.entries.length === 1 ? "entry" : "entries"
       }`,
     );
     for (const r of report) {
-      const mark = r.ok ? green("ok  ") : red("skip");
+      const mark = r.ok ? green("ok  ", on) : red("skip", on);
       lines.push(
         `  ${mark} providers[${r.index}] ${r.provider} ${r.auth} ${
           r.hosts.join(", ")
         }: ${r.detail}`,
       );
     }
-    for (const w of warnings) lines.push(yellow(`warning: ${w}`));
+    for (const w of warnings) lines.push(yellow(`warning: ${w}`, on));
     lines.push(usable ? "usable" : "not usable: no entry resolves a token");
     console.log(lines.join("\n"));
   }

@@ -7,6 +7,11 @@ export function colorEnabled(stream: { isTerminal(): boolean } = Deno.stderr): b
   return stream.isTerminal();
 }
 
+/**
+ * A painter. `on` defaults to whether stderr takes colours: text meant for
+ * stdout must pass `colorEnabled(Deno.stdout)`, or a report redirected to a
+ * file would get escape codes whenever stderr is a terminal.
+ */
 function paint(code: number) {
   return (text: string, on = colorEnabled()): string => on ? `\x1b[${code}m${text}\x1b[0m` : text;
 }

@@ -3,6 +3,7 @@ import { authFetch, parseUrlArgument, redactUrlText } from "../auth/mod.ts";
 import {
   bold,
   CliError,
+  colorEnabled,
   dim,
   dispatchSubcommand,
   parseCommandArgs,
@@ -377,15 +378,18 @@ async function view(args: string[]): Promise<number> {
     printJson({ ...s, pull_requests: s.pull_requests.map((p, i) => ({ ...p, title: titles[i] })) });
     return 0;
   }
+  const on = colorEnabled(Deno.stdout); // drawn on stdout
   const lines = [
-    `${bold(`stack #${s.number}`)} ${
+    `${bold(`stack #${s.number}`, on)} ${
       s.open ? "open" : "closed"
-    }, ${s.pull_requests.length} pull requests`,
+    }, ${s.pull_requests.length} pull request${s.pull_requests.length === 1 ? "" : "s"}`,
     s.base.ref,
   ];
   s.pull_requests.forEach((p, i) => {
     lines.push(
-      `${"   ".repeat(i)}└─ #${p.number} [${stateOf(p)}] ${titles[i]} ${dim(`(${p.head.ref})`)}`,
+      `${"   ".repeat(i)}└─ #${p.number} [${stateOf(p)}] ${titles[i]} ${
+        dim(`(${p.head.ref})`, on)
+      }`,
     );
   });
   console.log(lines.join("\n"));

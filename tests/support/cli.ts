@@ -112,3 +112,52 @@ export function spawnForgekit(args: string[], options: RunOptions = {}): Deno.Ch
     stderr: "piped",
   }).spawn();
 }
+
+/** What a run on a terminal gave back: what the terminal showed, and what stdout's file got. */
+export interface TerminalResult {
+  code: number;
+  /** Everything written to the terminal (stderr, and stdout unless it went to a file). */
+  terminal: string;
+  /** What stdout wrote to its file, when `stdoutToFile` was set. */
+  file: string | null;
+}
+
+/**
+ * Runs `forgekit ARGS…` on a pseudo-terminal (util-linux `script`), as a
+ * person at a terminal does; with `stdoutToFile`, as `forgekit … > FILE`,
+ * so stdout is a file while stderr stays the terminal. NO_COLOR is unset.
+ *
+ * @example
+ * ```ts
+ * const r = await runOnTerminal(["auth", "doctor"], { stdoutToFile: true });
+ * assert.ok(!r.file!.includes("\x1b["));
+ * ```
+ */
+export async function runOnTerminal(
+  args: string[],
+  options: { env?: Record<string, string>; stdoutToFile?: boolean } = {},
+): Promise<TerminalResult> {
+  const dir = await Deno.makeTempDir({ prefix: "forgekit-tty-" });
+  const out = `${dir}/stdout`;
+  const quote = (s: string) => `'${s.replaceAll("'", `'\\''`)}'`;
+  const line = [Deno.execPath(), "run", "-A", "--quiet", MAIN_TS, ...args].map(quote).join(" ") +
+    (options.stdoutToFile ? ` > ${quote(out)}` : "");
+  const { NO_COLOR: _, ...env } = { ...baseEnv(), ...options.env };
+  try {
+    const r = await new Deno.Command("script", {
+      args: ["-q", "-e", "-c", line, "/dev/null"],
+      env,
+      clearEnv: true,
+      stdin: "null",
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    return {
+      code: r.code,
+      terminal: new TextDecoder().decode(r.stdout),
+      file: options.stdoutToFile ? await Deno.readTextFile(out) : null,
+    };
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+}
