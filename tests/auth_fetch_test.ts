@@ -599,6 +599,10 @@ Deno.test(
     assert.equal(r.code, 0);
     assert.equal(r.stdout, "");
     assert.equal(await Deno.readTextFile(out), "auth=none\n");
+    // "-o -" is stdout, as in curl (not a file named "-").
+    const dash = await fk(["fetch", "https://objects.storage.example/echo", "-o", "-"], null);
+    assert.equal(dash.code, 0, dash.stderr);
+    assert.equal(dash.stdout, "auth=none\n");
     const i = await fk(["fetch", "-i", "https://objects.storage.example/echo"], null);
     assert.match(i.stdout, /^HTTP\/1\.1 200 OK\r\n/);
     const nf = await fk(

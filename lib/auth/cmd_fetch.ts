@@ -19,7 +19,7 @@ export const FETCH_HELP =
 Usage: forgekit fetch URL [options]
 
 Options:
-  -o, --output FILE     Write the body to FILE (atomically) instead of stdout
+  -o, --output FILE     Write the body to FILE (atomically) instead of stdout ("-": stdout)
       --sha256 HEX      Verify the body's SHA-256 (also sha256:HEX) before writing anything
   -m, --max-time SECS   Give up when the whole request and body take longer (default: no limit)
       --idle-timeout SECS
@@ -155,7 +155,10 @@ export async function runFetch(args: string[]): Promise<number> {
       ? await timer.race(requestBody(values.data, timer))
       : undefined;
     // Opened before the request: a path that cannot be written is refused before anything is sent.
-    if (values.output !== undefined) output = await openWithin(timer, values.output);
+    // "-o -" is stdout, as in curl.
+    if (values.output !== undefined && values.output !== "-") {
+      output = await openWithin(timer, values.output);
+    }
     const verbose = values.verbose ? (line: string) => console.error(line) : undefined;
     timer.waiting();
     let res: Response;
