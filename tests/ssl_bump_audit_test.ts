@@ -195,7 +195,7 @@ async function logged(f: BumpFixture, n: number): Promise<void> {
 
 // --- HTTP/1.1 evasions on a bumped connection ---------------------------------
 
-Deno.test("audit: a disallowed request smuggled inside an allowed one's body never reaches the origin as a request", async () => {
+Deno.test("a disallowed request smuggled inside an allowed one's body never reaches the origin as a request", async () => {
   await withFixture(async (f) => {
     const smuggled = get("/secret");
     const c = await Raw.open(f);
@@ -215,7 +215,7 @@ Deno.test("audit: a disallowed request smuggled inside an allowed one's body nev
   });
 });
 
-Deno.test("audit: smuggling shapes (CL+TE, two lengths, obs-fold, bare CR) get 400 and a close; nothing behind them is forwarded", async () => {
+Deno.test("smuggling shapes (CL+TE, two lengths, obs-fold, bare CR) get 400 and a close; nothing behind them is forwarded", async () => {
   const behind = get("/secret");
   const cases: [string, string][] = [
     [
@@ -259,7 +259,7 @@ Deno.test("audit: smuggling shapes (CL+TE, two lengths, obs-fold, bare CR) get 4
   });
 });
 
-Deno.test("audit: an absolute-form target naming another host is never forwarded, whatever the Host says", async () => {
+Deno.test("an absolute-form target naming another host is never forwarded, whatever the Host says", async () => {
   await withFixture(async (f) => {
     // [request, status, X-Proxy-Error of a 403]
     const shapes: [string, number, string | null][] = [
@@ -281,7 +281,7 @@ Deno.test("audit: an absolute-form target naming another host is never forwarded
   });
 });
 
-Deno.test("audit: CONNECT and h2c upgrades inside a bumped HTTP/1.1 connection open no tunnel", async () => {
+Deno.test("CONNECT and h2c upgrades inside a bumped HTTP/1.1 connection open no tunnel", async () => {
   await withFixture(async (f) => {
     const connect = await exchangeOnce(
       f,
@@ -313,7 +313,7 @@ Deno.test("audit: CONNECT and h2c upgrades inside a bumped HTTP/1.1 connection o
   });
 });
 
-Deno.test("audit: percent-encoded, trailing-dot, IPv6 and upper-case Host spellings do not escape the patterns", async () => {
+Deno.test("percent-encoded, trailing-dot, IPv6 and upper-case Host spellings do not escape the patterns", async () => {
   await withFixture(async (f) => {
     for (
       const host of ["api%2egithub.com", "api.github.com%00", "[::1]", "api.github.com:443:443"]
@@ -330,7 +330,7 @@ Deno.test("audit: percent-encoded, trailing-dot, IPv6 and upper-case Host spelli
   });
 });
 
-Deno.test("audit: a CONNECT host in upper case or with a trailing dot is still held to its patterns", async () => {
+Deno.test("a CONNECT host in upper case or with a trailing dot is still held to its patterns", async () => {
   await withFixture(async (f) => {
     for (const target of ["API.GITHUB.COM:443", "api.github.com.:443"]) {
       const c = await Raw.open(f, { target });
@@ -348,7 +348,7 @@ Deno.test("audit: a CONNECT host in upper case or with a trailing dot is still h
   });
 });
 
-Deno.test("audit: very long paths are judged (and refused) without reaching the origin", async () => {
+Deno.test("very long paths are judged (and refused) without reaching the origin", async () => {
   await withFixture(async (f) => {
     const long = await exchangeOnce(f, get(`/allowed/${"a/".repeat(20_000)}x`));
     assert.equal(long.status, 403);
@@ -358,7 +358,7 @@ Deno.test("audit: very long paths are judged (and refused) without reaching the 
   });
 });
 
-Deno.test("audit: a head over 64 KiB gets 431, also when it arrives in one write", async () => {
+Deno.test("a head over 64 KiB gets 431, also when it arrives in one write", async () => {
   await withFixture(async (f) => {
     const cases: [string, string][] = [
       ["a 70 KB path", get(`/allowed/${"a".repeat(70_000)}`)],
@@ -378,7 +378,7 @@ Deno.test("audit: a head over 64 KiB gets 431, also when it arrives in one write
   });
 });
 
-Deno.test("audit: unsafe paths (backslash, encoded backslash, NUL escape, above the root) are blocked as url-policy:unsafe-path", async () => {
+Deno.test("unsafe paths (backslash, encoded backslash, NUL escape, above the root) are blocked as url-policy:unsafe-path", async () => {
   await withFixture(async (f) => {
     const paths = [
       "/allowed/..%5Csecret",
@@ -399,7 +399,7 @@ Deno.test("audit: unsafe paths (backslash, encoded backslash, NUL escape, above 
   });
 });
 
-Deno.test("audit: the origin gets the normalised path that was judged, with the query as sent", async () => {
+Deno.test("the origin gets the normalised path that was judged, with the query as sent", async () => {
   await withFixture(async (f) => {
     const r = await exchangeOnce(f, get("/allowed/./x/..//../%61b%7e?q=%2F..&x"));
     assert.equal(r.status, 200);
@@ -409,7 +409,7 @@ Deno.test("audit: the origin gets the normalised path that was judged, with the 
 
 // --- the block answer and the log -----------------------------------------------
 
-Deno.test("audit: a block names the URL and only the patterns of that host", async () => {
+Deno.test("a block names the URL and only the patterns of that host", async () => {
   await withFixture(async (f) => {
     const r = await exchangeOnce(f, get("/secret?q=1"));
     assert.equal(r.status, 403);
@@ -427,7 +427,7 @@ Deno.test("audit: a block names the URL and only the patterns of that host", asy
   }, [...ALLOW, "https://*.github.com/pub/**", "https://other.github.com/only/*"]);
 });
 
-Deno.test("audit: a request the bumped HTTP/1.1 server refuses as malformed is logged (400)", async () => {
+Deno.test("a request the bumped HTTP/1.1 server refuses as malformed is logged (400)", async () => {
   await withFixture(async (f) => {
     const r = await exchangeOnce(
       f,
@@ -452,7 +452,7 @@ const hs = (id: number, headers: [string, string][]) => ({
 });
 
 Deno.test({
-  name: "audit: h2 :authority and host that disagree, or name another host, never reach the origin",
+  name: "h2 :authority and host that disagree, or name another host, never reach the origin",
   ignore: noH2,
   fn: () =>
     withFixture(async (f) => {
@@ -495,7 +495,7 @@ Deno.test({
 
 Deno.test({
   name:
-    "audit: an h2 stream refused as malformed (host differs from :authority) is logged with status 400",
+    "an h2 stream refused as malformed (host differs from :authority) is logged with status 400",
   ignore: noH2,
   fn: () =>
     withFixture(async (f) => {
@@ -517,7 +517,7 @@ Deno.test({
 
 // --- CONNECT-level spellings --------------------------------------------------------
 
-Deno.test("audit: IPv6-literal and percent-encoded CONNECT targets are refused before any TLS", async () => {
+Deno.test("IPv6-literal and percent-encoded CONNECT targets are refused before any TLS", async () => {
   await withFixture(async (f) => {
     for (const [target, want] of [["[::1]:443", 403], ["api%2egithub.com:443", 400]] as const) {
       const tcp = await Deno.connect({
@@ -540,7 +540,7 @@ Deno.test("audit: IPv6-literal and percent-encoded CONNECT targets are refused b
   });
 });
 
-Deno.test("audit: the authority expected of an IPv6-literal CONNECT host is the bracketed form", () => {
+Deno.test("the authority expected of an IPv6-literal CONNECT host is the bracketed form", () => {
   // A client sends `Host: [2001:db8::1]` (RFC 9110 §7.2 / RFC 3986 IP-literal).
   assert.ok(expectedAuthority("2001:db8::1", 443).includes("[2001:db8::1]"));
   assert.ok(expectedAuthority("2001:db8::1", 443).includes("[2001:db8::1]:443"));
@@ -549,7 +549,7 @@ Deno.test("audit: the authority expected of an IPv6-literal CONNECT host is the 
 
 // --- the CA, the leaves and upstream trust --------------------------------------------
 
-Deno.test("audit: each run makes its own CA: two sessions share no CA key, CA certificate or leaf key", async () => {
+Deno.test("each run makes its own CA: two sessions share no CA key, CA certificate or leaf key", async () => {
   const a = await createSessionCa({ sessionId: "a", allowDomains: ["github.com"] });
   const b = await createSessionCa({ sessionId: "b", allowDomains: ["github.com"] });
   assert.notEqual(a.keyPem, b.keyPem);
@@ -573,7 +573,7 @@ async function servedLeaf(f: BumpFixture, host: string): Promise<string> {
   return dec.decode(out.stdout);
 }
 
-Deno.test("audit: leaves are cached per host: a second connection gets the same leaf, another host its own", async () => {
+Deno.test("leaves are cached per host: a second connection gets the same leaf, another host its own", async () => {
   await withFixture(async (f) => {
     const first = await servedLeaf(f, "api.github.com");
     const again = await servedLeaf(f, "api.github.com");
@@ -586,7 +586,7 @@ Deno.test("audit: leaves are cached per host: a second connection gets the same 
   }, []);
 });
 
-Deno.test("audit: an origin whose certificate no trusted root vouches for gets 502 upstream-error, logged", async () => {
+Deno.test("an origin whose certificate no trusted root vouches for gets 502 upstream-error, logged", async () => {
   const origins = await startOrigins(["api.github.com"], () => new Response("never\n"));
   // Neither --upstream-ca nor DENO_CERT: the test CA is not trusted upstream.
   const front = await startBumpFront({
@@ -613,7 +613,7 @@ Deno.test("audit: an origin whose certificate no trusted root vouches for gets 5
 
 // --- the command line -----------------------------------------------------------------
 
-Deno.test("audit: bad --allow-urls patterns and --no-bump-domains misuse stop the run with exit 2 and one line", async () => {
+Deno.test("bad --allow-urls patterns and --no-bump-domains misuse stop the run with exit 2 and one line", async () => {
   const base = ["firewall", "--allow-domains", "x.example,y.example", "--ssl-bump"];
   const cases: [string[], RegExp][] = [
     [
@@ -654,7 +654,7 @@ Deno.test("audit: bad --allow-urls patterns and --no-bump-domains misuse stop th
 });
 
 Deno.test(
-  "audit: inside the sandbox every CA variable names the system bundle, which holds the session CA; the key directory is empty",
+  "inside the sandbox every CA variable names the system bundle, which holds the session CA; the key directory is empty",
   needsNamespaces,
   async () => {
     assertNamespaces();
