@@ -1,4 +1,34 @@
 /** The access log: one JSON line per connection or request. */
+import { domainProblem } from "./host_validation.ts";
+
+/** C0 and C1 controls and DEL: what a terminal could take as a command. */
+// deno-lint-ignore no-control-regex
+const CONTROLS = /[\x00-\x1f\x7f-\x9f]/g;
+
+/**
+ * A value the workload chose (a method, a host), made safe for a terminal:
+ * each control character written as `\xNN`.
+ *
+ * @example
+ * ```ts
+ * printable("GE\x1b[2JT"); // "GE\\x1b[2JT"
+ * ```
+ */
+export function printable(text: string): string {
+  return text.replace(CONTROLS, (c) => `\\x${c.charCodeAt(0).toString(16).padStart(2, "0")}`);
+}
+
+/**
+ * One JSON line. JSON escapes C0 controls; C1 controls (which a method
+ * read as Latin-1 may hold) are escaped too, for whoever reads the log on
+ * a terminal.
+ */
+function jsonLine(entry: AccessLogEntry): string {
+  return JSON.stringify(entry).replace(
+    /[\x7f-\x9f]/g,
+    (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`,
+  );
+}
 
 /** One line of the access log. */
 export interface AccessLogEntry {
@@ -79,9 +109,11 @@ export class AccessLog {
       this.#flushTimer ??= setTimeout(() => this.flush(), FLUSH_MS);
     }
     this.#debug?.(
-      `forgekit firewall: ${entry.decision} ${entry.method} ${
-        entry.url ?? `${entry.host}:${entry.port}`
-      } (${entry.rule}${entry.status !== null ? `, ${entry.status}` : ""})`,
+      printable(
+        `forgekit firewall: ${entry.decision} ${entry.method} ${
+          entry.url ?? `${entry.host}:${entry.port}`
+        } (${entry.rule}${entry.status !== null ? `, ${entry.status}` : ""})`,
+      ),
     );
   }
 
@@ -91,7 +123,7 @@ export class AccessLog {
     this.#flushTimer = undefined;
     if (this.#pending.length === 0) return;
     let text = "";
-    for (const entry of this.#pending) text += JSON.stringify(entry) + "\n";
+    for (const entry of this.#pending) text += jsonLine(entry) + "\n";
     this.#pending = [];
     const bytes = this.#enc.encode(text);
     for (let off = 0; off < bytes.length;) off += this.#file.writeSync(bytes.subarray(off));
@@ -123,7 +155,9 @@ export class BlockedTally {
   add(e: AccessLogEntry): void {
     if (e.decision !== "blocked") return;
     this.#perHost.set(e.host, (this.#perHost.get(e.host) ?? 0) + 1);
-    if (e.rule === "no-rule") this.#noRule.add(e.host);
+    // Only names --allow-domains takes are suggested: the summary's line is
+    // meant to be pasted into a shell, and the workload chose these hosts.
+    if (e.rule === "no-rule" && domainProblem(e.host) === null) this.#noRule.add(e.host);
     if (e.url && e.rule.startsWith("url-")) {
       let u = this.#urls.get(e.host);
       if (!u) this.#urls.set(e.host, u = { shown: new Set(), more: 0 });
@@ -138,7 +172,7 @@ export class BlockedTally {
     if (this.#perHost.size === 0) return null;
     const lines = ["forgekit firewall: blocked requests:"];
     for (const [host, n] of [...this.#perHost].sort((a, b) => b[1] - a[1])) {
-      lines.push(`  ${host}  ${n}`);
+      lines.push(`  ${host === "" ? "(no host: not a proxy request)" : printable(host)}  ${n}`);
     }
     if (this.#noRule.size) {
       lines.push(`  to allow them: --allow-domains ${[...allow, ...this.#noRule].join(",")}`);
@@ -146,8 +180,8 @@ export class BlockedTally {
     if (this.#urls.size) {
       lines.push("  blocked URLs by host:");
       for (const [host, { shown, more }] of this.#urls) {
-        lines.push(`    ${host}:`);
-        for (const u of shown) lines.push(`      ${u}`);
+        lines.push(`    ${printable(host)}:`);
+        for (const u of shown) lines.push(`      ${printable(u)}`);
         if (more) lines.push(`      … and ${more} more blocked requests (see the access log)`);
       }
     }

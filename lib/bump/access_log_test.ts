@@ -1,5 +1,11 @@
 import assert from "node:assert/strict";
-import { type AccessLogEntry, BlockedTally, logTime, SUMMARY_URLS_PER_HOST } from "./access_log.ts";
+import {
+  AccessLog,
+  type AccessLogEntry,
+  BlockedTally,
+  logTime,
+  SUMMARY_URLS_PER_HOST,
+} from "./access_log.ts";
 
 function entry(over: Partial<AccessLogEntry>): AccessLogEntry {
   return {
@@ -79,5 +85,47 @@ Deno.test("logTime is the current UTC time, to the millisecond, across second bo
     const ms = Date.parse(t);
     assert.ok(before <= ms && ms <= after, `${t} not within ${before}..${after}`);
     seconds.add(Math.floor(ms / 1000));
+  }
+});
+
+Deno.test("the summary suggests only hosts --allow-domains takes, and shows no control characters", () => {
+  const t = new BlockedTally();
+  // Hosts the workload chose: a shell command, a wildcard smuggled after a comma, a name
+  // --allow-domains refuses, and a request that named no host.
+  t.add(entry({ host: "a$(touch${ifs}x).example" }));
+  t.add(entry({ host: "x.com,*.evil.com" }));
+  t.add(entry({ host: "under_score.example" }));
+  t.add(entry({ host: "ok.example" }));
+  t.add(entry({ host: "", rule: "not-a-proxy-request" }));
+  t.add(
+    entry({ host: "api.example", rule: "url-policy:no-match", url: "https://api.example/\x1b[2J" }),
+  );
+  const summary = t.summary(["allowed.example"])!;
+  assert.match(summary, /^ {2}to allow them: --allow-domains allowed\.example,ok\.example$/m);
+  assert.match(summary, /^ {2}\(no host: not a proxy request\) {2}1$/m);
+  assert.match(summary, /^ {6}https:\/\/api\.example\/\\x1b\[2J$/m);
+  assert.ok(!summary.includes("\x1b"));
+});
+
+Deno.test("debug lines escape control characters; log lines escape C0 and C1 controls", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const lines: string[] = [];
+    const log = new AccessLog(`${dir}/access.log`, (l) => lines.push(l));
+    log.write(entry({ method: "GE\x1b]0;pwned\x07T\x9b2J", host: "other.example" }));
+    log.close();
+    assert.deepEqual(lines, [
+      "forgekit firewall: blocked GE\\x1b]0;pwned\\x07T\\x9b2J other.example:443 (no-rule, 403)",
+    ]);
+    const text = await Deno.readTextFile(`${dir}/access.log`);
+    const controls = [...text.slice(0, -1)].filter((c) => c < " " || (c >= "\x7f" && c <= "\x9f"));
+    assert.deepEqual(controls, [], "only the line's own newline");
+    assert.equal(
+      JSON.parse(text).method,
+      "GE\x1b]0;pwned\x07T\x9b2J",
+      "the value is kept, escaped",
+    );
+  } finally {
+    await Deno.remove(dir, { recursive: true });
   }
 });

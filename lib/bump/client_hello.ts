@@ -10,12 +10,24 @@ export type HelloResult =
 export const MAX_HELLO = 64 * 1024;
 
 /**
+ * The most TLS records a ClientHello may be spread over. Clients split one
+ * only at 16 KiB (a few records at most); thousands of tiny records would
+ * only cost the proxy time.
+ */
+export const MAX_HELLO_RECORDS = 64;
+
+/**
  * Parses a ClientHello (possibly spread over several TLS records) and returns
- * its server_name, null when it has none, or asks for more bytes.
+ * its server_name, null when it has none, or asks for more bytes. A
+ * ClientHello naming more than one server is invalid: which one a server
+ * would take is not for the proxy to guess. Each call costs time in the
+ * number of records until the ClientHello is whole, so calling it again as
+ * bytes arrive stays cheap.
  */
 export function parseClientHello(buf: Uint8Array): HelloResult {
-  // Reassemble the handshake message from TLS records.
-  const hs: number[] = [];
+  // Where each record's payload is; the handshake message is assembled only once it is whole.
+  const spans: [number, number][] = [];
+  let payload = 0;
   let off = 0;
   let need = -1;
   while (true) {
@@ -23,23 +35,35 @@ export function parseClientHello(buf: Uint8Array): HelloResult {
     if (buf[off] !== 0x16) return { status: "invalid", why: "not a TLS handshake" };
     if (buf[off + 1] !== 0x03) return { status: "invalid", why: "not TLS" };
     const len = (buf[off + 3] << 8) | buf[off + 4];
-    if (buf.length < off + 5 + len) return { status: "more" };
-    for (let i = 0; i < len; i++) hs.push(buf[off + 5 + i]);
-    off += 5 + len;
-    if (need < 0 && hs.length >= 4) {
-      if (hs[0] !== 0x01) return { status: "invalid", why: "not a ClientHello" };
-      need = 4 + ((hs[1] << 16) | (hs[2] << 8) | hs[3]);
+    if (spans.length === MAX_HELLO_RECORDS) {
+      return {
+        status: "invalid",
+        why: `ClientHello spread over more than ${MAX_HELLO_RECORDS} records`,
+      };
     }
-    if (need >= 0 && hs.length >= need) break;
-    if (off > MAX_HELLO) return { status: "invalid", why: "ClientHello too large" };
+    if (buf.length < off + 5 + len) return { status: "more" };
+    spans.push([off + 5, len]);
+    payload += len;
+    off += 5 + len;
+    if (need < 0 && payload >= 4) {
+      const head = gather(buf, spans, 4);
+      if (head[0] !== 0x01) return { status: "invalid", why: "not a ClientHello" };
+      need = 4 + ((head[1] << 16) | (head[2] << 8) | head[3]);
+    }
+    if (need >= 0 && payload >= need) break;
+    if (off > MAX_HELLO || need > MAX_HELLO) {
+      return { status: "invalid", why: "ClientHello too large" };
+    }
   }
-  const m = hs.slice(4, need);
+  const m = gather(buf, spans, need).subarray(4);
   let p = 2 + 32; // version, random
   const skip = (n: number) => {
     p += n;
-    if (p > m.length) throw new RangeError("truncated");
+    if (!(p <= m.length)) throw new RangeError("truncated");
   };
+  const names: string[] = [];
   try {
+    skip(0);
     skip(1 + m[p]); // session id
     skip(2 + ((m[p] << 8) | m[p + 1])); // cipher suites
     skip(1 + m[p]); // compression
@@ -56,16 +80,32 @@ export function parseClientHello(buf: Uint8Array): HelloResult {
           const nameType = m[q];
           const nameLen = (m[q + 1] << 8) | m[q + 2];
           if (nameType === 0) {
-            const name = String.fromCharCode(...m.slice(q + 3, q + 3 + nameLen));
-            return { status: "ok", sni: name, length: off };
+            if (q + 3 + nameLen > body + len || body + len > m.length) {
+              throw new RangeError("truncated");
+            }
+            names.push(String.fromCharCode(...m.subarray(q + 3, q + 3 + nameLen)));
           }
           q += 3 + nameLen;
         }
       }
       p = body + len;
     }
-    return { status: "ok", sni: null, length: off };
   } catch {
     return { status: "invalid", why: "truncated ClientHello" };
   }
+  if (names.length > 1) return { status: "invalid", why: "ClientHello names more than one server" };
+  return { status: "ok", sni: names[0] ?? null, length: off };
+}
+
+/** The first `n` payload bytes of the records at `spans`. */
+function gather(buf: Uint8Array, spans: [number, number][], n: number): Uint8Array {
+  const out = new Uint8Array(n);
+  let at = 0;
+  for (const [start, len] of spans) {
+    if (at === n) break;
+    const take = Math.min(len, n - at);
+    out.set(buf.subarray(start, start + take), at);
+    at += take;
+  }
+  return out;
 }

@@ -65,6 +65,13 @@ Deno.test("validateDomains() rejects each bad entry with one line naming it", ()
     ["0.1", "an IP address not written as four decimal numbers (a.b.c.d)"],
     ["10.0.0.010", "an IP address not written as four decimal numbers (a.b.c.d)"],
     ["x.0x10", "an IP address not written as four decimal numbers (a.b.c.d)"],
+    // A single label is a whole top-level domain: `com` would allow every .com name.
+    ["com", "matches everything or a whole top-level domain"],
+    ["IO.", "matches everything or a whole top-level domain"],
+    // A port is not part of a domain (it was taken for an IPv6 address and matched nothing).
+    ["github.com:443", "characters that are not valid in a host name"],
+    ["1::2::3", "an IPv6 address that is not valid"],
+    ["[fe80::1%eth0]", "characters that are not valid in a host name"],
   ];
   for (const [entry, why] of cases) {
     try {
@@ -79,6 +86,13 @@ Deno.test("validateDomains() rejects each bad entry with one line naming it", ()
       );
     }
   }
+});
+
+Deno.test("validateDomains() keeps localhost and IP addresses, normalised", () => {
+  assert.deepEqual(
+    validateDomains(["localhost", "::1", "[2001:DB8::1]", "10.0.0.1", "Api.Example.com."], "x"),
+    ["localhost", "::1", "2001:db8::1", "10.0.0.1", "api.example.com"],
+  );
 });
 
 Deno.test("addressProblem() refuses a name that reached this machine or a link-local address", () => {

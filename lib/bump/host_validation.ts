@@ -31,6 +31,17 @@ function isIpv6(host: string): boolean {
   return host.replace(/^\[|\]$/g, "").includes(":");
 }
 
+/** Whether a host (without brackets) is a valid IPv6 address, as the URL parser reads one. */
+function isIpv6Address(host: string): boolean {
+  if (!/^[0-9a-f:.]+$/.test(host)) return false;
+  try {
+    new URL(`http://[${host}]/`);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 /**
  * Whether a normalised host is something to connect to: a name of letters,
  * digits, hyphens, underscores and dots, or an IP address. Anything else
@@ -60,6 +71,12 @@ export function normalizeDomain(host: string): string {
 export function domainProblem(entry: string): string | null {
   if (entry.trim() === "") return "empty entry";
   const d = normalizeDomain(entry);
+  if (isIpv6(d) && !isIpv6Address(d)) {
+    // `github.com:443` is no host name; `1::2::3` is no address.
+    return /^[0-9a-f:.]+$/.test(d)
+      ? "an IPv6 address that is not valid"
+      : "characters that are not valid in a host name";
+  }
   if (isIpLiteral(d)) return null;
   if (isOtherIpv4Form(d)) return "an IP address not written as four decimal numbers (a.b.c.d)";
   if ((d.match(/\*/g) ?? []).length > 1) return "more than one wildcard";
@@ -73,7 +90,11 @@ export function domainProblem(entry: string): string | null {
   if (!host.split(".").every((l) => LABEL.test(l))) {
     return "a label that is not valid in a host name";
   }
-  if (!host.includes(".") && !d.startsWith("*.")) return null; // a single-label host such as "localhost"
+  // A single label is a whole top-level domain (`com` covers every .com name);
+  // `localhost` names this machine only.
+  if (!host.includes(".") && host !== "localhost") {
+    return "matches everything or a whole top-level domain";
+  }
   return null;
 }
 

@@ -118,14 +118,17 @@ async function readHello(
   conn: ByteConn,
   first: Uint8Array,
 ): Promise<{ bytes: Uint8Array; sni: string | null; error?: string }> {
-  let buf = first;
+  // Grown by doubling: a ClientHello sent a byte at a time costs no more to gather.
+  let store = first.slice();
+  let size = first.length;
   const chunk = new Uint8Array(16384);
   const deadline = performance.now() + HELLO_TIMEOUT_MS;
   while (true) {
-    const r = buf.length ? parseClientHello(buf) : { status: "more" as const };
+    const buf = store.subarray(0, size);
+    const r = size ? parseClientHello(buf) : { status: "more" as const };
     if (r.status === "ok") return { bytes: buf, sni: r.sni };
     if (r.status === "invalid") return { bytes: buf, sni: null, error: r.why };
-    if (buf.length > MAX_HELLO || performance.now() > deadline) {
+    if (size > MAX_HELLO || performance.now() > deadline) {
       return { bytes: buf, sni: null, error: "no ClientHello" };
     }
     let n: number | null | "expired";
@@ -141,10 +144,13 @@ async function readHello(
     if (n === null) {
       return { bytes: buf, sni: null, error: "connection closed before the ClientHello" };
     }
-    const next = new Uint8Array(buf.length + n);
-    next.set(buf);
-    next.set(chunk.subarray(0, n), buf.length);
-    buf = next;
+    if (size + n > store.length) {
+      const grown = new Uint8Array(Math.max(2 * store.length, size + n, 4096));
+      grown.set(buf);
+      store = grown;
+    }
+    store.set(chunk.subarray(0, n), size);
+    size += n;
   }
 }
 
@@ -300,6 +306,25 @@ export async function handleClient(conn: ByteConn, opts: ProxyOptions): Promise<
   const href = url.href;
   const logHttp = (e: Pick<AccessLogEntry, "decision" | "rule"> & Partial<AccessLogEntry>) =>
     entry({ method, host, port, scheme: "http", url: href, ...e });
+  // As for CONNECT: the URL parser keeps `,`, `;`, `$`, `*` and more in a
+  // host, which whatever takes the name next (an upstream proxy, the end
+  // of run summary pasted into a shell) could read as something else.
+  if (!isDialable(host)) {
+    logHttp({
+      decision: "blocked",
+      rule: "bad-request",
+      status: 400,
+      reason: "the URL's host is not a host name",
+    });
+    return await refuse(
+      conn,
+      errorResponse(
+        400,
+        "Bad Request",
+        `forgekit firewall: bad host in ${JSON.stringify(href)}\n`,
+      ),
+    );
+  }
   const d = decide(opts.policy, host, port);
   if (!d.allowed) {
     logHttp({
@@ -503,17 +528,47 @@ function bodyOnly(
   };
 }
 
+/** How long accepting pauses after it failed (too many open files). */
+const ACCEPT_RETRY_MS = 100;
+
+/**
+ * Passes each connection a listener accepts to `handle` until the listener
+ * is closed. An accept that fails (too many open files, when a client
+ * holds thousands of connections) pauses accepting for a moment instead
+ * of ending it: the connections wait in the backlog until descriptors are
+ * free again.
+ *
+ * @example
+ * ```ts
+ * const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+ * acceptEach(listener, (conn) => conn.close()); // resolves once listener.close() is called
+ * ```
+ */
+export async function acceptEach<T>(
+  listener: AsyncIterable<T>,
+  handle: (conn: T) => void,
+): Promise<void> {
+  for (;;) {
+    try {
+      // A Deno listener's iterator ends when the listener is closed, and throws on other errors.
+      for await (const conn of listener) handle(conn);
+      return;
+    } catch (err) {
+      if (err instanceof Deno.errors.BadResource) return;
+      await new Promise((r) => setTimeout(r, ACCEPT_RETRY_MS));
+    }
+  }
+}
+
 /** Serves a listener until it is closed; resolves when every connection ended. */
 export async function serveProxy(
   listener: AsyncIterable<ByteConn>,
   opts: ProxyOptions,
 ): Promise<void> {
   const live = new Set<Promise<void>>();
-  try {
-    for await (const conn of listener) {
-      const p = handleClient(conn, opts).catch(() => close(conn)).finally(() => live.delete(p));
-      live.add(p);
-    }
-  } catch { /* listener closed */ }
+  await acceptEach(listener, (conn) => {
+    const p = handleClient(conn, opts).catch(() => close(conn)).finally(() => live.delete(p));
+    live.add(p);
+  });
   await Promise.allSettled([...live]);
 }

@@ -131,8 +131,15 @@ export async function runSandboxed(
   const specPath = join(spec.sessionDir, "sandbox.json");
   Deno.writeTextFileSync(specPath, JSON.stringify({ ...spec, env }), { mode: 0o600 });
   const rootless = Deno.uid() !== 0;
-  const child = new Deno.Command("unshare", {
+  // A session of its own (setsid execs unshare in place: forgekit's child
+  // is no process group leader): a Ctrl-C at the terminal reaches forgekit
+  // only, which passes it on once. In the terminal's process group, the
+  // forgekit inside would get it too, pass it on twice, and end with the
+  // signal instead of COMMAND's status when the second came after COMMAND.
+  const child = new Deno.Command("setsid", {
     args: [
+      "--wait",
+      "unshare",
       ...(rootless ? ["--user", "--map-root-user"] : []),
       "--net",
       "--mount",
@@ -427,10 +434,11 @@ export async function sandboxInit(specPath: string): Promise<number> {
     );
     return 127;
   }
-  const stopForwarding = forwardSignals(child);
+  // Kept until this process exits: a signal that comes after COMMAND ended
+  // must not end it, since its exit status is COMMAND's.
+  forwardSignals(child);
   Deno.writeTextFileSync(join(spec.sessionDir, "sandbox-ready"), "");
   const status = await child.status;
-  stopForwarding();
   relay.stop();
   return exitCodeOf(status);
 }

@@ -5,6 +5,7 @@
  * @module
  */
 import { usageError } from "../cli/mod.ts";
+import { domainMatches } from "./domain_policy.ts";
 
 /** A validated `--allow-urls` pattern. */
 export interface UrlPattern {
@@ -302,4 +303,33 @@ export function urlBlockMessage(url: string, host: string, d: UrlDecision): stri
   const why = d.normalisedPath === null ? " (the path cannot be normalised safely)" : "";
   return `Blocked by forgekit: ${url} matches no --allow-urls pattern for ${host}${why}; ` +
     `patterns for this host: ${list}\n`;
+}
+
+/**
+ * The first pattern naming a host that a `--no-bump-domains` entry splices,
+ * with that entry: such a host's URLs are never seen, so the pattern could
+ * not be enforced (the host would be open at the domain level). Two host
+ * sets overlap exactly when one of them holds the more specific base name,
+ * or a subdomain of it.
+ *
+ * @example
+ * ```ts
+ * splicedPattern(parseUrlPatterns(["https://github.com/a/*"]), ["github.com"]);
+ * // { pattern: …, entry: "github.com" }
+ * ```
+ */
+export function splicedPattern(
+  patterns: UrlPattern[],
+  noBump: string[],
+): { pattern: UrlPattern; entry: string } | null {
+  for (const pattern of patterns) {
+    for (const entry of noBump) {
+      const bases = [pattern.host, entry].map((h) => h.replace(/^\*\./, ""));
+      const candidates = bases.flatMap((b) => [b, `x.${b}`]);
+      if (candidates.some((h) => hostMatches(pattern.host, h) && domainMatches(entry, h))) {
+        return { pattern, entry };
+      }
+    }
+  }
+  return null;
 }

@@ -6,6 +6,7 @@ import {
   normalisePath,
   parseUrlPattern,
   parseUrlPatterns,
+  splicedPattern,
 } from "./url_pattern.ts";
 
 Deno.test("normalisePath() resolves dots, decodes unreserved escapes and keeps %2F", () => {
@@ -288,5 +289,25 @@ Deno.test("decideUrl() takes linear time: a long path cannot stall the proxy on 
     assert.equal(decideUrl(patterns, req).allowed, false);
     const ms = performance.now() - started;
     assert.ok(ms < 250, `${req.path.slice(0, 8)}…?${req.query.slice(0, 4)}…: ${Math.round(ms)} ms`);
+  }
+});
+
+Deno.test("splicedPattern() finds a pattern whose host --no-bump-domains would splice", () => {
+  const cases: [string, string, boolean][] = [
+    ["https://github.com/a/*", "github.com", true],
+    ["https://api.github.com/a/*", "github.com", true],
+    ["https://github.com/a/*", "*.github.com", false],
+    ["https://api.github.com/a/*", "*.github.com", true],
+    ["https://*.github.com/a/*", "github.com", true],
+    ["https://*.github.com/a/*", "api.github.com", true],
+    ["https://*.github.com/a/*", "*.api.github.com", true],
+    ["https://*.api.github.com/a/*", "github.com", true],
+    ["https://github.com/a/*", "api.github.com", false],
+    ["https://github.com/a/*", "gitlab.com", false],
+    ["https://*.github.com/a/*", "notgithub.com", false],
+  ];
+  for (const [pattern, entry, want] of cases) {
+    const got = splicedPattern(parseUrlPatterns([pattern]), [entry]);
+    assert.equal(got !== null, want, `${pattern} / ${entry}`);
   }
 });
