@@ -633,6 +633,11 @@ Deno.test("bad --allow-urls patterns and --no-bump-domains misuse stop the run w
     ],
     [["--allow-urls", "https://x.example:8443/a"], /never connects to/],
     [["--no-bump-domains", "z.example"], /^error: --no-bump-domains: z\.example is not an allowed/],
+    // A spliced host's URLs are never seen: its patterns would be silently open.
+    [
+      ["--allow-urls", "https://api.x.example/a/*", "--no-bump-domains", "x.example"],
+      /^error: --allow-urls https:\/\/api\.x\.example\/a\/\* names a host that --no-bump-domains x\.example splices/,
+    ],
   ];
   for (const [args, want] of cases) {
     const r = await runForgekit([...base, ...args, "--", "true"], { timeoutMs: 20_000 });

@@ -26,7 +26,7 @@ import { signalExitCode } from "../cli/signals.ts";
 import { createSession, removeStaleSessions } from "./session.ts";
 import { type BumpSession, createBumpSession } from "./ssl_bump.ts";
 import { proxyEnv } from "./upstream.ts";
-import { parseUrlPatterns } from "./url_pattern.ts";
+import { parseUrlPatterns, splicedPattern } from "./url_pattern.ts";
 
 /** Help text of `forgekit firewall`. */
 export const FIREWALL_HELP =
@@ -160,6 +160,15 @@ export async function runFirewall(argv: string[]): Promise<number> {
     }
   }
   const patterns = values["ssl-bump"] ? parseUrlPatterns(urlList) : [];
+  // A spliced host's URLs are never seen: its patterns could not be enforced.
+  const spliced = splicedPattern(patterns, noBump);
+  if (spliced) {
+    throw usageError(
+      `--allow-urls ${spliced.pattern.source} names a host that --no-bump-domains ${spliced.entry} ` +
+        "splices, so its URLs could not be checked",
+      "inspect that host (drop it from --no-bump-domains) or drop its patterns",
+    );
+  }
   // Such a pattern could never match, and its host would stay open at the domain level on 443.
   const unreachable = patterns.find((p) => !ALLOWED_PORTS.includes(p.port));
   if (unreachable) {

@@ -36,23 +36,34 @@ const enc = new TextEncoder();
 
 /** Reads up to the blank line; the bytes after it are put back. */
 async function readHead(io: SocketIo): Promise<string | "idle" | "partial" | "too-large"> {
+  // Grown by doubling: a head sent a byte at a time costs no more to gather.
   let acc: Uint8Array = new Uint8Array(0);
+  let size = 0;
   let scanned = 0;
   for (;;) {
     const chunk = await io.read();
-    if (chunk === "expired") return acc.byteLength ? "partial" : "idle";
+    if (chunk === "expired") return size ? "partial" : "idle";
     if (chunk === null) return "idle";
-    acc = concat([acc, chunk]);
-    for (let i = Math.max(3, scanned); i < acc.byteLength; i++) {
+    if (size === 0) acc = chunk; // most heads come in one read: no copy (never written to)
+    else {
+      if (size + chunk.byteLength > acc.byteLength) {
+        const grown = new Uint8Array(Math.max(2 * size, size + chunk.byteLength, 4096));
+        grown.set(acc.subarray(0, size));
+        acc = grown;
+      }
+      acc.set(chunk, size);
+    }
+    size += chunk.byteLength;
+    for (let i = Math.max(3, scanned); i < size; i++) {
       if (acc[i] === 10 && acc[i - 1] === 13 && acc[i - 2] === 10 && acc[i - 3] === 13) {
         // The limit holds however the head arrived (one read may bring more than it).
         if (i + 1 > MAX_HEAD) return "too-large";
-        io.unread(acc.subarray(i + 1));
+        io.unread(acc.subarray(i + 1, size));
         return latin1Decode(acc, 0, i - 3);
       }
     }
-    if (acc.byteLength > MAX_HEAD) return "too-large";
-    scanned = acc.byteLength;
+    if (size > MAX_HEAD) return "too-large";
+    scanned = size;
   }
 }
 

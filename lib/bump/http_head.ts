@@ -36,29 +36,34 @@ export async function readHttpHead(
   conn: ByteConn,
   timeoutMs: number = HEAD_TIMEOUT_MS,
 ): Promise<{ head: string; rest: Uint8Array } | null> {
-  let buf = new Uint8Array(0);
+  // Grown by doubling: a head sent in tiny pieces costs no more to gather.
+  let buf = new Uint8Array(4096);
+  let size = 0;
   const chunk = new Uint8Array(16384);
   let scanned = 0;
   const deadline = performance.now() + timeoutMs;
-  while (buf.length < MAX_HEAD) {
+  while (size < MAX_HEAD) {
     const n = await readBefore(conn, chunk, deadline);
-    if (n === "expired") throw new HeadTimeoutError(timeoutMs, buf.length);
+    if (n === "expired") throw new HeadTimeoutError(timeoutMs, size);
     if (n === null) return null;
-    const next = new Uint8Array(buf.length + n);
-    next.set(buf);
-    next.set(chunk.subarray(0, n), buf.length);
-    buf = next;
-    for (let i = Math.max(3, scanned); i < buf.length; i++) {
+    if (size + n > buf.length) {
+      const grown = new Uint8Array(Math.max(2 * buf.length, size + n));
+      grown.set(buf.subarray(0, size));
+      buf = grown;
+    }
+    buf.set(chunk.subarray(0, n), size);
+    size += n;
+    for (let i = Math.max(3, scanned); i < size; i++) {
       if (buf[i - 3] === 13 && buf[i - 2] === 10 && buf[i - 1] === 13 && buf[i] === 10) {
         // The limit holds however the head arrived (one read may bring more than it).
         if (i + 1 > MAX_HEAD) throw new HeadTooLargeError();
         return {
           head: latin1Decode(buf, 0, i - 3),
-          rest: buf.subarray(i + 1),
+          rest: buf.slice(i + 1, size),
         };
       }
     }
-    scanned = buf.length;
+    scanned = size;
   }
   throw new HeadTooLargeError();
 }
