@@ -128,7 +128,7 @@ print("closed" if s.recv(4096) == b"" else "answered")
 );
 
 Deno.test(
-  "a Ctrl-C at the terminal reaches COMMAND once, and forgekit exits with COMMAND's status",
+  "a Ctrl-C at the terminal reaches COMMAND once, and forgekit exits with COMMAND's status (sandboxed and --no-sandbox)",
   needsNamespaces,
   async () => {
     assertNamespaces();
@@ -146,34 +146,39 @@ print("sigints", n, flush=True)
 sys.exit(3)
 `,
     );
-    const status = join(dir, "status");
-    // forgekit on a pseudo-terminal; the shell around it ignores SIGINT, and records its status.
-    const line =
-      `trap '' INT; ${Deno.execPath()} run -A --quiet ${MAIN_TS} firewall --log-dir ${logDir} ` +
-      `--allow-domains allowed.example -- ${cmd.join(" ")}; echo $? > ${status}`;
-    const child = new Deno.Command("script", {
-      args: ["-qec", line, "/dev/null"],
-      env: baseEnv(),
-      clearEnv: true,
-      stdin: "piped",
-      stdout: "piped",
-      stderr: "null",
-    }).spawn();
-    const writer = child.stdin.getWriter();
-    let out = "";
-    let typed = false;
-    for await (const chunk of child.stdout) {
-      out += dec.decode(chunk);
-      if (!typed && out.includes("ready")) {
-        typed = true;
-        await writer.write(new Uint8Array([3])); // Ctrl-C
+    for (const mode of [[], ["--no-sandbox"]]) {
+      const status = join(dir, "status");
+      // forgekit on a pseudo-terminal; the shell around it ignores SIGINT, and records its status.
+      const line =
+        `trap '' INT; ${Deno.execPath()} run -A --quiet ${MAIN_TS} firewall --log-dir ${logDir} ` +
+        `${mode.join(" ")} --allow-domains allowed.example -- ${
+          cmd.join(" ")
+        }; echo $? > ${status}`;
+      const child = new Deno.Command("script", {
+        args: ["-qec", line, "/dev/null"],
+        env: baseEnv(),
+        clearEnv: true,
+        stdin: "piped",
+        stdout: "piped",
+        stderr: "null",
+      }).spawn();
+      const writer = child.stdin.getWriter();
+      let out = "";
+      let typed = false;
+      for await (const chunk of child.stdout) {
+        out += dec.decode(chunk);
+        if (!typed && out.includes("ready")) {
+          typed = true;
+          await writer.write(new Uint8Array([3])); // Ctrl-C
+        }
       }
+      await writer.close().catch(() => {});
+      await child.status;
+      // Before: the forgekit inside the sandbox had the terminal's SIGINT too, and ended on
+      // it (130); with --no-sandbox, COMMAND got the terminal's and forgekit's.
+      assert.match(out, /sigints 1\r?\n/, `${mode}: ${out}`);
+      assert.equal((await Deno.readTextFile(status)).trim(), "3", `${mode}: ${out}`);
     }
-    await writer.close().catch(() => {});
-    await child.status;
-    assert.match(out, /sigints 1\r?\n/, out);
-    // Before: the forgekit inside had the terminal's SIGINT too, and ended on it (130).
-    assert.equal((await Deno.readTextFile(status)).trim(), "3", out);
   },
 );
 

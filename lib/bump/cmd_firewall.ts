@@ -293,7 +293,8 @@ export async function runFirewall(argv: string[]): Promise<number> {
         stdout: "inherit",
         stderr: "inherit",
       }).spawn();
-      const stopForwarding = forwardSignals(child);
+      // COMMAND is in forgekit's process group: a Ctrl-C reaches it from the terminal.
+      const stopForwarding = forwardSignals(child, { sharesTerminal: true });
       code = exitCodeOf(await child.status);
       stopForwarding();
     } else {

@@ -72,12 +72,36 @@ export function selfCommand(): string[] {
 export const FORWARDED_SIGNALS = ["SIGINT", "SIGTERM", "SIGHUP"] as const;
 
 /**
- * Passes SIGINT, SIGTERM and SIGHUP on to a child while it runs; returns
- * the function that stops doing so.
+ * Whether this process is in its terminal's foreground process group (from
+ * /proc/self/stat: `pgrp` equals `tpgid`). A Ctrl-C or a hangup there is
+ * sent by the terminal to the whole group, children included.
  */
-export function forwardSignals(child: { kill(signo: Deno.Signal): void }): () => void {
+export function inTerminalForeground(): boolean {
+  try {
+    const stat = Deno.readTextFileSync("/proc/self/stat");
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    const [pgrp, tpgid] = [Number(fields[2]), Number(fields[5])];
+    return tpgid > 0 && pgrp === tpgid;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Passes SIGINT, SIGTERM and SIGHUP on to a child while it runs; returns
+ * the function that stops doing so. With `sharesTerminal` (a child in this
+ * process's group), SIGINT and SIGHUP are not passed on while this process
+ * is in its terminal's foreground: the terminal has sent them to the child
+ * already, and a second SIGINT makes many programs stop at once instead of
+ * cleanly.
+ */
+export function forwardSignals(
+  child: { kill(signo: Deno.Signal): void },
+  options: { sharesTerminal?: boolean } = {},
+): () => void {
   const handlers = FORWARDED_SIGNALS.map((sig) => {
     const h = () => {
+      if (options.sharesTerminal && sig !== "SIGTERM" && inTerminalForeground()) return;
       try {
         child.kill(sig);
       } catch { /* gone */ }
