@@ -6,7 +6,7 @@ import { isDialable, validateDomains } from "./host_validation.ts";
 Deno.test("decide() applies allow, wildcard, block, IP-literal and port rules", () => {
   const policy = {
     allow: validateDomains(
-      ["example.com", "*.wild.test", "127.0.0.9", "Upper.Test."],
+      ["example.com", "*.wild.test", "127.0.0.9", "Upper.Test.", "2001:db8:0:0::1"],
       "--allow-domains",
     ),
     block: validateDomains(["bad.example.com"], "--block-domains"),
@@ -34,6 +34,10 @@ Deno.test("decide() applies allow, wildcard, block, IP-literal and port rules", 
     ["127.0.0.011", 443, false, "ip-literal"],
     ["127.0.0.9.", 443, true, "allow-domains:127.0.0.9"],
     ["[::ffff:127.0.0.9]", 443, false, "ip-literal"],
+    // Any spelling of a listed IPv6 address is that address.
+    ["[2001:db8::1]", 443, true, "allow-domains:2001:db8::1"],
+    ["2001:DB8:0000:0:0:0:0:1", 443, true, "allow-domains:2001:db8::1"],
+    ["[2001:db8::2]", 443, false, "ip-literal"],
   ];
   for (const [host, port, allowed, rule] of cases) {
     assert.deepEqual([decide(policy, host, port).allowed, decide(policy, host, port).rule], [

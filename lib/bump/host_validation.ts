@@ -59,9 +59,19 @@ export function isDialable(host: string): boolean {
   return isIpv6(host) ? /^[0-9a-f:.]+$/.test(host) : /^[a-z0-9_.-]+$/.test(host);
 }
 
-/** Normalises a host for comparison: lower case, no trailing dot, no brackets. */
+/**
+ * Normalises a host for comparison: lower case, no trailing dot, no
+ * brackets, and an IPv6 address in its one canonical form (`0:0::1` is
+ * `::1`), so that any spelling of a listed address matches it.
+ */
 export function normalizeDomain(host: string): string {
-  return host.trim().toLowerCase().replace(/\.$/, "").replace(/^\[|\]$/g, "");
+  const h = host.trim().toLowerCase().replace(/\.$/, "").replace(/^\[|\]$/g, "");
+  if (!h.includes(":") || !/^[0-9a-f:.]+$/.test(h)) return h;
+  try {
+    return new URL(`http://[${h}]/`).hostname.slice(1, -1);
+  } catch {
+    return h; // not an address: refused elsewhere
+  }
 }
 
 /**
