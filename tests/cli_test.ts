@@ -196,6 +196,14 @@ Deno.test("bad arguments get one line on stderr and exit 2, before anything runs
       /^error: Cannot run no-such-cmd-x: command not found/,
     ],
     [
+      ["firewall", "--allow-domains", "x.example", "--", dir],
+      /^error: Cannot run .*: is a directory \(name a program file\)/,
+    ],
+    [
+      ["firewall", "--allow-domains", "x.example", "--", file],
+      /^error: Cannot run .*: not executable \(chmod \+x /,
+    ],
+    [
       ["firewall", "--allow-domains", "x.example", "--", ""],
       /^error: The command after -- is empty/,
     ],

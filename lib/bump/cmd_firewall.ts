@@ -103,10 +103,17 @@ export async function runFirewall(argv: string[]): Promise<number> {
   }
   // Checked here, before the log directory and the session exist.
   if (findCommand(command[0]) === null) {
-    throw usageError(
-      `Cannot run ${command[0]}: command not found`,
-      "check the command name and PATH",
-    );
+    // A path names one file: say what is wrong with it.
+    let what = "command not found";
+    let hint = "check the command name and PATH";
+    if (command[0].includes("/")) {
+      try {
+        const st = Deno.statSync(command[0]);
+        if (st.isDirectory) [what, hint] = ["is a directory", "name a program file"];
+        else [what, hint] = ["not executable", `chmod +x ${command[0]}`];
+      } catch { /* not there */ }
+    }
+    throw usageError(`Cannot run ${command[0]}: ${what}`, hint);
   }
   const level = (values["log-level"] ?? "info") as typeof LEVELS[number];
   if (!LEVELS.includes(level)) {
