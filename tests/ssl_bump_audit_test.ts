@@ -14,143 +14,11 @@ import { runForgekit } from "./support/cli.ts";
 import { assertNamespaces, needsNamespaces } from "./support/namespaces.ts";
 import { createSessionCa } from "../lib/bump/ca.ts";
 import { expectedAuthority } from "../lib/bump/intercept.ts";
-import { concat } from "../lib/bump/conn_io.ts";
+import { RawH1 as Raw, type RawResponse } from "./support/raw_h1.ts";
 
 const enc = new TextEncoder();
 const dec = new TextDecoder();
 const ALLOW = ["https://api.github.com/allowed/*"];
-const READ_MS = 10_000;
-
-interface Res {
-  status: number;
-  headers: Headers;
-  body: string;
-}
-
-/** A raw client: CONNECT `target` through the fixture, then TLS (SNI `sni`) offering http/1.1. */
-class Raw {
-  #buf: Uint8Array = new Uint8Array(0);
-  private constructor(readonly conn: Deno.TlsConn) {}
-
-  static async open(
-    f: BumpFixture,
-    { target = "api.github.com:443", sni = "api.github.com" } = {},
-  ): Promise<Raw> {
-    const tcp = await Deno.connect({
-      hostname: "127.0.0.1",
-      port: Number(new URL(f.proxyUrl).port),
-    });
-    try {
-      await tcp.write(enc.encode(`CONNECT ${target} HTTP/1.1\r\nHost: ${target}\r\n\r\n`));
-      let answer = "";
-      const b = new Uint8Array(1);
-      while (!answer.endsWith("\r\n\r\n")) {
-        if ((await tcp.read(b)) === null) throw new Error(`CONNECT answer cut short: ${answer}`);
-        answer += String.fromCharCode(b[0]);
-      }
-      assert.match(answer, /^HTTP\/1\.1 200 /);
-    } catch (e) {
-      tcp.close();
-      throw e;
-    }
-    const tls = await Deno.startTls(tcp, {
-      hostname: sni,
-      caCerts: [await Deno.readTextFile(f.caCertPath)],
-      alpnProtocols: ["http/1.1"],
-    });
-    await tls.handshake();
-    return new Raw(tls);
-  }
-
-  async write(data: string | Uint8Array): Promise<void> {
-    let bytes = typeof data === "string" ? enc.encode(data) : data;
-    while (bytes.byteLength) bytes = bytes.subarray(await this.conn.write(bytes));
-  }
-
-  async #fill(): Promise<boolean> {
-    const chunk = new Uint8Array(64 * 1024);
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const late = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`nothing read within ${READ_MS} ms`)), READ_MS);
-    });
-    const reading = this.conn.read(chunk);
-    let n: number | null;
-    try {
-      n = await Promise.race([reading, late]);
-    } catch (e) {
-      reading.catch(() => {});
-      throw e;
-    } finally {
-      clearTimeout(timer);
-    }
-    if (n === null) return false;
-    this.#buf = concat([this.#buf, chunk.subarray(0, n)]);
-    return true;
-  }
-
-  async #until(sep: string): Promise<string> {
-    for (;;) {
-      const at = dec.decode(this.#buf).indexOf(sep);
-      if (at !== -1) {
-        const text = dec.decode(this.#buf.subarray(0, at));
-        this.#buf = this.#buf.subarray(at + sep.length);
-        return text;
-      }
-      if (!await this.#fill()) throw new Error(`connection ended before ${JSON.stringify(sep)}`);
-    }
-  }
-
-  async #take(n: number): Promise<Uint8Array> {
-    while (this.#buf.byteLength < n) {
-      if (!await this.#fill()) throw new Error(`connection ended inside a body of ${n} bytes`);
-    }
-    const out = this.#buf.slice(0, n);
-    this.#buf = this.#buf.subarray(n);
-    return out;
-  }
-
-  /** One whole response: head, then a sized or chunked body. */
-  async response(): Promise<Res> {
-    const [line, ...fields] = (await this.#until("\r\n\r\n")).split("\r\n");
-    const status = Number(/^HTTP\/1\.1 (\d{3}) /.exec(line)?.[1]);
-    assert.ok(status, `status line ${JSON.stringify(line)}`);
-    const headers = new Headers(
-      fields.map((l) => [l.slice(0, l.indexOf(":")), l.slice(l.indexOf(":") + 1).trim()]),
-    );
-    if (status < 200 || status === 204 || status === 304) return { status, headers, body: "" };
-    if (headers.get("transfer-encoding") === "chunked") {
-      const parts: Uint8Array[] = [];
-      for (;;) {
-        const size = parseInt(await this.#until("\r\n"), 16);
-        if (size === 0) break;
-        parts.push(await this.#take(size));
-        await this.#until("\r\n");
-      }
-      await this.#until("\r\n");
-      return { status, headers, body: dec.decode(concat(parts)) };
-    }
-    const length = Number(headers.get("content-length") ?? 0);
-    return { status, headers, body: dec.decode(await this.#take(length)) };
-  }
-
-  /** Whether the server closed the connection with nothing more sent. */
-  async closedByServer(): Promise<boolean> {
-    try {
-      return this.#buf.byteLength === 0 && !await this.#fill();
-    } catch (e) {
-      if (e instanceof Deno.errors.ConnectionReset) return true;
-      throw e;
-    }
-  }
-
-  close(): void {
-    try {
-      this.conn.close();
-    } catch {
-      // already closed
-    }
-  }
-}
 
 /** Runs `fn` with a fixture allowing {@linkcode ALLOW}, closed after. */
 async function withFixture(
@@ -173,7 +41,7 @@ async function exchangeOnce(
   f: BumpFixture,
   bytes: string,
   { close = false } = {},
-): Promise<Res & { closed: boolean }> {
+): Promise<RawResponse & { closed: boolean }> {
   const c = await Raw.open(f);
   try {
     await c.write(bytes);
@@ -301,7 +169,7 @@ Deno.test("CONNECT and h2c upgrades inside a bumped HTTP/1.1 connection open no 
       await c.write(get("/allowed/h2c", "api.github.com", h2c) + get("/secret"));
       const ok = await c.response();
       assert.equal(ok.status, 200);
-      assert.equal(ok.body, "origin /allowed/h2c\n");
+      assert.equal(ok.text, "origin /allowed/h2c\n");
       assert.equal((await c.response()).status, 403, "the next request is still HTTP/1.1, judged");
     } finally {
       c.close();
@@ -391,7 +259,7 @@ Deno.test("unsafe paths (backslash, encoded backslash, NUL escape, above the roo
       const r = await exchangeOnce(f, get(path));
       assert.equal(r.status, 403, path);
       assert.equal(r.headers.get("x-proxy-error"), "blocked-by-url-policy", path);
-      assert.match(r.body, /cannot be normalised safely/, path);
+      assert.match(r.text, /cannot be normalised safely/, path);
     }
     await logged(f, paths.length);
     assert.deepEqual(f.logs.map((e) => e.rule), paths.map(() => "url-policy:unsafe-path"));
@@ -414,10 +282,10 @@ Deno.test("a block names the URL and only the patterns of that host", async () =
     const r = await exchangeOnce(f, get("/secret?q=1"));
     assert.equal(r.status, 403);
     assert.equal(r.headers.get("x-proxy-error"), "blocked-by-url-policy");
-    assert.match(r.body, /https:\/\/api\.github\.com\/secret\?q=1/);
-    assert.match(r.body, /https:\/\/api\.github\.com\/allowed\/\*/);
-    assert.match(r.body, /https:\/\/\*\.github\.com\/pub\/\*\*/);
-    assert.doesNotMatch(r.body, /other\.github\.com\/only/);
+    assert.match(r.text, /https:\/\/api\.github\.com\/secret\?q=1/);
+    assert.match(r.text, /https:\/\/api\.github\.com\/allowed\/\*/);
+    assert.match(r.text, /https:\/\/\*\.github\.com\/pub\/\*\*/);
+    assert.doesNotMatch(r.text, /other\.github\.com\/only/);
     await logged(f, 1);
     const e = f.logs[0];
     assert.equal(e.url, "https://api.github.com/secret?q=1");
