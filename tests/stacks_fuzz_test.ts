@@ -52,7 +52,7 @@ async function startServer(dir: string, n: number): Promise<Fixture> {
   const ac = new AbortController();
   const server = Deno.serve(
     { hostname: "127.0.0.1", port: 0, signal: ac.signal, onListen() {} },
-    createApp({ store }).fetch,
+    createApp({ store, allowPrivateHookTargets: true }).fetch, // its hooks name loopback
   );
   return {
     base: `http://127.0.0.1:${server.addr.port}`,

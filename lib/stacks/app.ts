@@ -29,6 +29,12 @@ export interface AppOptions {
    * bodies up to 1 MiB each); false, or the limits.
    */
   cache?: boolean | ResponseCacheOptions;
+  /**
+   * Accept hook URLs on loopback, private, link-local and other non-public
+   * addresses (default false: 422, as on GitHub). For tests and networks where
+   * the receivers are internal; give the delivery worker the same option.
+   */
+  allowPrivateHookTargets?: boolean;
 }
 
 /** Headers that belong to one request, not to the cached representation. */
@@ -63,6 +69,18 @@ function cachedResponse(
     return new Response(null, { status: 304, headers });
   }
   return new Response(hit.body, { status: 200, headers });
+}
+
+/**
+ * Text from a request, fit for one log line: control characters (a newline
+ * could forge a line of its own, an escape sequence rewrite the terminal)
+ * are written as `\uXXXX`.
+ */
+function logSafe(text: string): string {
+  return text.replace(
+    /[\p{Cc}\u2028\u2029]/gu,
+    (ch) => `\\u${ch.charCodeAt(0).toString(16).padStart(4, "0")}`,
+  );
 }
 
 /** The SHA-256 hex of a token, as tokens are stored. */
@@ -119,6 +137,7 @@ export function createApp(options: AppOptions): Hono<Env> {
     c.set("urls", { api: `${url.origin}${enterprise ? "/api/v3" : ""}`, web: url.origin });
     c.set("store", options.store);
     c.set("notify", options.notify ?? (() => {}));
+    c.set("allowPrivateHookTargets", options.allowPrivateHookTargets ?? false);
     c.set("user", null);
     const auth = c.req.header("authorization");
     if (auth !== undefined) {
@@ -162,7 +181,9 @@ export function createApp(options: AppOptions): Hono<Env> {
         root instanceof Error && !err.message.toLowerCase().includes(root.message.toLowerCase())
           ? ` (${root.message})`
           : "";
-      console.error(`forgekit stacks: ${c.req.method} ${c.req.path}: ${err.message}${why}`);
+      console.error(
+        logSafe(`forgekit stacks: ${c.req.method} ${c.req.path}: ${err.message}${why}`),
+      );
       err = storeApiError(err);
     }
     if (err instanceof ApiError) {
@@ -171,8 +192,11 @@ export function createApp(options: AppOptions): Hono<Env> {
     if (err instanceof HTTPException) {
       return c.json(errorBody(err.status, err.message || "Error"), err.status);
     }
+    // The stack's own newlines stay; the request's text cannot add lines.
     console.error(
-      `forgekit stacks: internal error on ${c.req.method} ${c.req.path}: ${err.stack ?? err}`,
+      `forgekit stacks: internal error on ${logSafe(`${c.req.method} ${c.req.path}`)}: ${
+        err.stack ?? err
+      }`,
     );
     return c.json(errorBody(500, "Internal Server Error"), 500);
   });

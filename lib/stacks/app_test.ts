@@ -18,7 +18,7 @@ async function setup() {
       await store.addToken(u.id, hashToken(tokens[login]));
     });
   }
-  const app = createApp({ store });
+  const app = createApp({ store, allowPrivateHookTargets: true }); // its hooks post to loopback
   const call = async (
     method: string,
     path: string,
@@ -91,9 +91,14 @@ Deno.test("users, repositories and auth follow GitHub's statuses and messages", 
         .status,
       404,
     );
-    const patched = await t.call("PATCH", "/repos/alice/secret", {
+    // Settings are the owner's (admin), as on GitHub: push access is not enough.
+    const byCollaborator = await t.call("PATCH", "/repos/alice/secret", {
       allow_stacked_pull_requests: true,
     }, "bob");
+    assert.equal(byCollaborator.status, 403);
+    const patched = await t.call("PATCH", "/repos/alice/secret", {
+      allow_stacked_pull_requests: true,
+    });
     assert.equal(patched.json.allow_stacked_pull_requests, true);
     assert.equal((await t.call("POST", "/user/repos", { name: "secret" })).status, 422);
     await t.call("POST", "/user/repos", { name: "pub" });

@@ -40,6 +40,9 @@ Options:
   --hook-backoff-ms MS   First webhook retry delay, doubling per attempt (default 2000)
   --busy-timeout-ms MS   How long a write waits for another process's lock on the
                          database before it is answered 503 (default 5000)
+  --allow-private-hook-targets
+                         Let webhooks go to loopback, private, link-local and other
+                         non-public addresses (default: refused, as on GitHub)
 
 The API is served at the root (like api.github.com) and under /api/v3 (like an
 enterprise server). Prints one line with the URL. SIGINT/SIGTERM stop it cleanly.`;
@@ -51,14 +54,45 @@ Usage: forgekit stacks token create --user NAME [--db PATH]
 Creates the user if needed and prints only the token on stdout. Tokens are
 stored hashed (SHA-256); a lost token cannot be shown again.`;
 
+/**
+ * Creates the database file owner-only (0600) when it does not exist yet;
+ * SQLite gives its -wal and -shm files the same mode. Returns whether it
+ * created it. The file holds token hashes and webhook secrets.
+ */
+async function createPrivateFile(path: string): Promise<boolean> {
+  try {
+    (await Deno.open(path, { createNew: true, write: true, mode: 0o600 })).close();
+    return true;
+  } catch (err) {
+    if (err instanceof Deno.errors.AlreadyExists) return false;
+    throw err;
+  }
+}
+
+/** Warns once when an existing database can be read by other users. */
+async function warnIfShared(path: string): Promise<void> {
+  const info = await Deno.stat(path).catch(() => null);
+  if (info?.isFile && info.mode !== null && (info.mode & 0o077) !== 0) {
+    console.error(
+      `warning: ${path} is readable by other users; it holds token hashes and webhook secrets (run: chmod 600 ${path}*)`,
+    );
+  }
+}
+
 async function openStore(path: string, busyTimeoutMs?: number): Promise<Store> {
   let made: string | null = null;
+  let createdFile = false;
   try {
-    if (path !== ":memory:") made = await makeDirs(dirname(path));
+    if (path !== ":memory:") {
+      made = await makeDirs(dirname(path), { mode: 0o700 });
+      createdFile = await createPrivateFile(path);
+      if (!createdFile) await warnIfShared(path);
+    }
     return openSqliteStore(path, { busyTimeoutMs });
   } catch (err) {
-    // A database that cannot be opened leaves no directory of ours behind.
+    // A database that cannot be opened leaves no directory or file of ours behind.
     if (made) await Deno.remove(made, { recursive: true }).catch(() => {});
+    else if (createdFile) await Deno.remove(path).catch(() => {});
     throw usageError(`Cannot open database ${path}`, "check --db and its permissions", err);
   }
 }
@@ -105,6 +139,7 @@ async function serve(args: string[]): Promise<number> {
     port: { type: "string" },
     "hook-backoff-ms": { type: "string" },
     "busy-timeout-ms": { type: "string" },
+    "allow-private-hook-targets": { type: "boolean" },
   });
   if (positionals.length) {
     throw usageError(`Unexpected argument: ${positionals[0]}`, "run: forgekit stacks serve --help");
@@ -142,8 +177,12 @@ async function serve(args: string[]): Promise<number> {
     await server.finished;
     throw err;
   }
-  const worker = new DeliveryWorker(store, { backoffMs });
-  const app = createApp({ store, notify: () => worker.wake() });
+  const allowPrivateHookTargets = values["allow-private-hook-targets"] ?? false;
+  const worker = new DeliveryWorker(store, {
+    backoffMs,
+    allowPrivateTargets: allowPrivateHookTargets,
+  });
+  const app = createApp({ store, notify: () => worker.wake(), allowPrivateHookTargets });
   handler = app.fetch;
   const { hostname: h, port: p } = server.addr;
   console.log(

@@ -6,6 +6,7 @@
 import { createHmac } from "node:crypto";
 import { authFetch } from "../auth/mod.ts";
 import { VERSION } from "../version.ts";
+import { type Lookup, resolvePublicTarget } from "./hook_target.ts";
 import type { DeliveryRow, HookRow } from "./model.ts";
 import type { Store } from "./store.ts";
 
@@ -19,6 +20,14 @@ export interface DeliveryOptions {
   maxAttempts?: number;
   /** Per-attempt timeout (default 10 s, as GitHub's). */
   timeoutMs?: number;
+  /**
+   * Send to hooks on loopback, private, link-local and other non-public
+   * addresses too (default false: such a delivery is a failed attempt, and
+   * nothing is sent). For tests and networks whose receivers are internal.
+   */
+  allowPrivateTargets?: boolean;
+  /** Resolves hook hosts (default: the system's resolver, as `node:dns` `lookup`). */
+  lookup?: Lookup;
 }
 
 /** Hooks sent to at once; each hook has at most one delivery in flight here. */
@@ -85,7 +94,8 @@ export function deliveryRequest(
 /** Sends webhook deliveries in the background. */
 export class DeliveryWorker {
   #store: Store;
-  #opts: Required<DeliveryOptions>;
+  #opts: Required<Omit<DeliveryOptions, "lookup">>;
+  #lookup: Lookup | undefined;
   #timer: ReturnType<typeof setTimeout> | undefined;
   #draining: Promise<void> | null = null;
   #again = false;
@@ -102,7 +112,9 @@ export class DeliveryWorker {
       maxBackoffMs: options.maxBackoffMs ?? 600_000,
       maxAttempts: options.maxAttempts ?? 30,
       timeoutMs: options.timeoutMs ?? 10_000,
+      allowPrivateTargets: options.allowPrivateTargets ?? false,
     };
+    this.#lookup = options.lookup;
   }
 
   /** Starts sending what is due (also what a previous run left pending). */
@@ -196,20 +208,37 @@ export class DeliveryWorker {
     let code: number | null = null;
     if (hook?.active) {
       const { headers, body } = deliveryRequest(hook, d);
+      const signal = AbortSignal.any([
+        this.#stop.signal,
+        AbortSignal.timeout(this.#opts.timeoutMs),
+      ]);
+      let client: Deno.HttpClient | undefined;
       try {
+        if (!this.#opts.allowPrivateTargets) {
+          const url = new URL(hook.url);
+          const target = await resolvePublicTarget(url, { lookup: this.#lookup, signal });
+          // Plain HTTP connects to the address that was checked, not to whatever the name
+          // resolves to next (DNS rebinding). HTTPS cannot be pinned so (Deno's tcp transport
+          // carries no TLS), but there a rebound name meets a certificate that is not its own.
+          if (url.protocol === "http:") {
+            client = Deno.createHttpClient({ proxy: { transport: "tcp", ...target } });
+          }
+        }
         // No credentials of ours (config: null), and, as GitHub, a receiver's
         // redirect is never followed: a 3xx is a failed delivery.
-        const res = await authFetch(hook.url, {
-          method: "POST",
-          headers,
-          body,
-          signal: AbortSignal.any([this.#stop.signal, AbortSignal.timeout(this.#opts.timeoutMs)]),
-        }, { config: null, resolveReleases: false, followRedirects: false });
+        const res = await authFetch(hook.url, { method: "POST", headers, body, signal }, {
+          config: null,
+          resolveReleases: false,
+          followRedirects: false,
+          client,
+        });
         code = res.status;
         await res.body?.cancel(); // never read: a receiver's answer may be endless
       } catch {
         if (this.#stopped) return; // abandoned by stop(): the lease runs out, and it is sent again
-        code = null; // receiver down or timed out: retried below
+        code = null; // receiver down, timed out or not public: retried below
+      } finally {
+        client?.close();
       }
     }
     const ok = code !== null && code >= 200 && code < 300;

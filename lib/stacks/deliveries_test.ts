@@ -17,8 +17,14 @@ async function setup(options: DeliveryOptions = {}) {
     const u = await store.ensureUser("alice");
     await store.addToken(u.id, hashToken("tok-alice"));
   });
-  const worker = new DeliveryWorker(store, { backoffMs: 60_000, ...options });
-  const app = createApp({ store, notify: () => worker.wake() });
+  // The receivers are on loopback.
+  const worker = new DeliveryWorker(store, {
+    backoffMs: 60_000,
+    allowPrivateTargets: true,
+    ...options,
+  });
+  // The app takes any URL: the worker's own check is what is tested here.
+  const app = createApp({ store, notify: () => worker.wake(), allowPrivateHookTargets: true });
   const call = async (method: string, path: string, body?: unknown) => {
     const res = await app.request(path, {
       method,
@@ -104,6 +110,33 @@ async function until(what: string, cond: () => boolean | Promise<boolean>, ms = 
 
 const hmac = (algo: string, secret: string, bytes: Uint8Array) =>
   `${algo}=${createHmac(algo, secret).update(bytes).digest("hex")}`;
+
+Deno.test("a worker for public targets sends nothing to a loopback address, named or literal", async () => {
+  const t = await setup({
+    allowPrivateTargets: false,
+    lookup: (name) => Promise.resolve(name === "rebind.test" ? [{ address: "127.0.0.1" }] : []),
+  });
+  const r = receiver();
+  try {
+    const port = new URL(r.url).port;
+    const hooks = [
+      await t.hook({ url: `http://127.0.0.1:${port}/literal` }),
+      await t.hook({ url: `http://rebind.test:${port}/named` }),
+      await t.hook({ url: `http://[::ffff:127.0.0.1]:${port}/mapped` }),
+    ];
+    await t.openPull();
+    for (const id of hooks) {
+      await until(`hook ${id}'s attempt`, async () => (await t.deliveries(id))[0].attempts > 0);
+      const [d] = await t.deliveries(id);
+      assert.equal(d.status_code, 0, "no connection was made");
+      assert.notEqual(d.status, "OK");
+    }
+    assert.deepEqual(r.hits.map((h) => h.path), [], "the loopback receiver got nothing");
+  } finally {
+    await t.close();
+    await r.close();
+  }
+});
 
 Deno.test("a delivery never follows a redirect: the 3xx is the receiver's answer, and a failure", async () => {
   const t = await setup();

@@ -16,6 +16,8 @@ export interface Env {
     urls: Urls;
     /** Wakes the webhook worker after a commit that queued deliveries. */
     notify: () => void;
+    /** Whether hooks may target loopback, private and other non-public addresses. */
+    allowPrivateHookTargets: boolean;
   };
 }
 
@@ -138,6 +140,15 @@ export async function repoFor(c: Context<Env>, mode: "read" | "write"): Promise<
   return repo;
 }
 
+/** Admin access to a repository (its owner's): 404 as {@linkcode repoFor}, then 403. */
+export async function adminRepo(c: Context<Env>): Promise<RepoRow> {
+  const repo = await repoFor(c, "write");
+  if (requireUser(c).id !== repo.owner_id) {
+    throw new ApiError(403, "Must have admin rights to Repository.");
+  }
+  return repo;
+}
+
 /** A positive integer path parameter, or 404. */
 export function intParam(c: Context<Env>, name: string): number {
   const raw = c.req.param(name) ?? "";
@@ -163,15 +174,26 @@ export function unstorableText(value: string): string | null {
   return null;
 }
 
-/** A string field of a body, optional; 422 when present with another type or unstorable. */
+/**
+ * A string field of a body, optional; 422 when present with another type,
+ * longer than `maxLength` or unstorable. `options` is the resource's name,
+ * or that and a length limit.
+ */
 export function strField(
   body: Record<string, unknown>,
   name: string,
-  resource: string,
+  options: { resource: string; maxLength?: number } | string,
 ): string | undefined {
+  const { resource, maxLength = Infinity } = typeof options === "string"
+    ? { resource: options }
+    : options;
   const v = body[name];
   if (v === undefined || v === null) return undefined;
-  const why = typeof v !== "string" ? "must be a string" : unstorableText(v);
+  const why = typeof v !== "string"
+    ? "must be a string"
+    : v.length > maxLength
+    ? `is too long (maximum is ${maxLength} characters)`
+    : unstorableText(v);
   if (why !== null) {
     throw new ApiError(422, "Validation Failed", {
       errors: [{ resource, field: name, code: "invalid", message: `${name} ${why}` }],

@@ -2,29 +2,34 @@
 import { type Context, Hono } from "hono";
 import { ApiError, validationFailed } from "./api_error.ts";
 import {
+  adminRepo,
   boolField,
   type Env,
   intParam,
   jsonBody,
   pageParams,
-  repoFor,
-  requireUser,
   unstorableText,
 } from "./http.ts";
-import type { DeliveryRow, RepoRow } from "./model.ts";
+import { hookUrlProblem } from "./hook_target.ts";
+import type { DeliveryRow } from "./model.ts";
 import { hookJson } from "./render.ts";
 
 type Ctx = Context<Env>;
 
-async function adminRepo(c: Ctx): Promise<RepoRow> {
-  const repo = await repoFor(c, "write");
-  if (requireUser(c).id !== repo.owner_id) {
-    throw new ApiError(403, "Must have admin rights to Repository.");
-  }
-  return repo;
-}
+/** The most hooks one repository may have (GitHub's limit, per event). */
+export const MAX_HOOKS = 20;
 
-function parseConfig(body: Record<string, unknown>, required: boolean) {
+/** The longest hook URL accepted. */
+const MAX_URL_LENGTH = 2048;
+
+/** The most `events` a hook may list (GitHub has fewer event kinds). */
+const MAX_EVENTS = 100;
+
+function parseConfig(
+  body: Record<string, unknown>,
+  options: { required: boolean; allowPrivate: boolean },
+) {
+  const required = options.required;
   const cfg = body.config;
   if (cfg === undefined && !required) return {};
   if (typeof cfg !== "object" || cfg === null || Array.isArray(cfg)) {
@@ -51,6 +56,22 @@ function parseConfig(body: Record<string, unknown>, required: boolean) {
         field: "url",
         code: "invalid",
         message: why === null ? "config.url must be an http(s) URL" : `config.url ${why}`,
+      }]);
+    }
+    if ((c.url as string).length > MAX_URL_LENGTH) {
+      throw validationFailed("Hook", [{
+        field: "url",
+        code: "invalid",
+        message: `config.url is too long (maximum is ${MAX_URL_LENGTH} characters)`,
+      }]);
+    }
+    const unreachable = options.allowPrivate ? null : hookUrlProblem(new URL(c.url as string));
+    if (unreachable !== null) {
+      throw validationFailed("Hook", [{
+        field: "url",
+        code: "invalid",
+        message:
+          `config.url must reach the public internet: ${unreachable} (use a public receiver)`,
       }]);
     }
     out.url = c.url as string;
@@ -86,13 +107,13 @@ function parseConfig(body: Record<string, unknown>, required: boolean) {
 function parseEvents(body: Record<string, unknown>): string[] | undefined {
   if (body.events === undefined) return undefined;
   if (
-    !Array.isArray(body.events) ||
-    !body.events.every((e) => typeof e === "string" && /^[a-z_*]+$/.test(e))
+    !Array.isArray(body.events) || body.events.length > MAX_EVENTS ||
+    !body.events.every((e) => typeof e === "string" && /^[a-z_*]{1,100}$/.test(e))
   ) {
     throw validationFailed("Hook", [{
       field: "events",
       code: "invalid",
-      message: "events must be an array of event names",
+      message: `events must be an array of at most ${MAX_EVENTS} event names`,
     }]);
   }
   return body.events as string[];
@@ -122,20 +143,31 @@ export function hookRoutes(): Hono<Env> {
   app.post("/repos/:owner/:repo/hooks", async (c) => {
     const repo = await adminRepo(c);
     const body = await jsonBody(c);
-    const cfg = parseConfig(body, true);
+    const cfg = parseConfig(body, {
+      required: true,
+      allowPrivate: c.get("allowPrivateHookTargets"),
+    });
     const events = parseEvents(body) ?? ["push"];
     const active = boolField(body, "active", "Hook") ?? true;
     const store = c.get("store");
-    const hook = await store.transaction(() =>
-      store.insertHook({
+    const hook = await store.transaction(async () => {
+      // Every hook gets a copy of every event: without a limit, one change could queue any number.
+      if ((await store.listHooks(repo.id)).length >= MAX_HOOKS) {
+        throw validationFailed("Hook", [{
+          field: "hooks",
+          code: "custom",
+          message: `A repository can have at most ${MAX_HOOKS} hooks; delete one first`,
+        }]);
+      }
+      return await store.insertHook({
         repo_id: repo.id,
         url: cfg.url!,
         secret: cfg.secret ?? null,
         events,
         active,
         content_type: cfg.content_type ?? "form",
-      })
-    );
+      });
+    });
     return c.json(hookJson(repo, hook, c.get("urls")), 201);
   });
 
@@ -156,7 +188,10 @@ export function hookRoutes(): Hono<Env> {
     const repo = await adminRepo(c);
     const id = intParam(c, "id");
     const body = await jsonBody(c);
-    const cfg = parseConfig(body, false);
+    const cfg = parseConfig(body, {
+      required: false,
+      allowPrivate: c.get("allowPrivateHookTargets"),
+    });
     const events = parseEvents(body);
     const active = boolField(body, "active", "Hook");
     const store = c.get("store");

@@ -49,6 +49,10 @@ async function mustGetPull(store: Store, repo: RepoRow, n: number): Promise<Pull
 /** The `sort` values of a pull-request listing, as GitHub has them. */
 const PULL_SORTS = ["created", "updated", "popularity", "long-running"];
 
+/** The longest title and body of a pull request, as GitHub's. */
+const TITLE_MAX = 256;
+const BODY_MAX = 65_536;
+
 const stamp = () => new Date().toISOString().replace(/\.\d{3}Z$/, "Z");
 
 /** Routes for pull requests. */
@@ -59,10 +63,10 @@ export function pullRoutes(): Hono<Env> {
     const repo = await repoFor(c, "write");
     const user = requireUser(c);
     const body = await jsonBody(c);
-    const title = strField(body, "title", "PullRequest");
+    const title = strField(body, "title", { resource: "PullRequest", maxLength: TITLE_MAX });
     const headRaw = strField(body, "head", "PullRequest");
     const baseRaw = strField(body, "base", "PullRequest");
-    const text = strField(body, "body", "PullRequest") ?? null;
+    const text = strField(body, "body", { resource: "PullRequest", maxLength: BODY_MAX }) ?? null;
     const draft = boolField(body, "draft", "PullRequest") ?? false;
     const missing = (["title", "head", "base"] as const).filter((f) =>
       !{ title, head: headRaw, base: baseRaw }[f]
@@ -173,8 +177,10 @@ export function pullRoutes(): Hono<Env> {
     const user = requireUser(c);
     const n = intParam(c, "number");
     const body = await jsonBody(c);
-    const title = strField(body, "title", "PullRequest");
-    const text = body.body === null ? null : strField(body, "body", "PullRequest");
+    const title = strField(body, "title", { resource: "PullRequest", maxLength: TITLE_MAX });
+    const text = body.body === null
+      ? null
+      : strField(body, "body", { resource: "PullRequest", maxLength: BODY_MAX });
     const state = strField(body, "state", "PullRequest");
     const base = strField(body, "base", "PullRequest");
     if (state !== undefined && state !== "open" && state !== "closed") {

@@ -2,13 +2,24 @@
 import { Hono } from "hono";
 import { ApiError, validationFailed } from "./api_error.ts";
 import { emitPullEvent } from "./events.ts";
-import { boolField, type Env, jsonBody, repoFor, requireUser, strField } from "./http.ts";
+import {
+  adminRepo,
+  boolField,
+  type Env,
+  jsonBody,
+  repoFor,
+  requireUser,
+  strField,
+} from "./http.ts";
 import { refJson, repoJson, userJson } from "./render.ts";
 import { initialSha } from "./shas.ts";
 
 const NAME = /^[A-Za-z0-9._-]{1,100}$/;
 const SHA = /^[0-9a-f]{40}$/;
 const BRANCH = /^(?!\/|.*\/$|.*\/\/|.*\.\.|.*@\{|.*\.lock$)[^\s\p{Cc}~^:?*\[\\]+$/u;
+
+/** The longest branch name, in characters (git's own limit is the file system's, 255 bytes). */
+const BRANCH_MAX = 255;
 
 /** Routes for users, repositories and refs. */
 export function repoRoutes(): Hono<Env> {
@@ -58,7 +69,8 @@ export function repoRoutes(): Hono<Env> {
   );
 
   app.patch("/repos/:owner/:repo", async (c) => {
-    const repo = await repoFor(c, "write");
+    // Settings are the owner's: a collaborator who could flip `private` could publish the code.
+    const repo = await adminRepo(c);
     const body = await jsonBody(c);
     const patch = {
       private: boolField(body, "private", "Repository"),
@@ -73,10 +85,7 @@ export function repoRoutes(): Hono<Env> {
   });
 
   app.put("/repos/:owner/:repo/collaborators/:user", async (c) => {
-    const repo = await repoFor(c, "write");
-    if (requireUser(c).id !== repo.owner_id) {
-      throw new ApiError(403, "Must have admin rights to Repository.");
-    }
+    const repo = await adminRepo(c);
     const store = c.get("store");
     const who = await store.userByLogin(c.req.param("user"));
     if (!who) throw new ApiError(404, "Not Found");
@@ -95,7 +104,7 @@ export function repoRoutes(): Hono<Env> {
       ]);
     }
     const name = ref.startsWith("refs/heads/") ? ref.slice("refs/heads/".length) : null;
-    if (name === null || !BRANCH.test(name)) {
+    if (name === null || !BRANCH.test(name) || name.length > BRANCH_MAX) {
       throw new ApiError(422, "Reference name must be a branch: refs/heads/NAME", {
         errors: [{
           resource: "Reference",

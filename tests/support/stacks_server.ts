@@ -27,6 +27,11 @@ export interface StartOptions {
   wrap?: string[];
   /** Extra environment for the wrapper and the server. */
   env?: Record<string, string>;
+  /**
+   * Pass `--allow-private-hook-targets` (default true: the tests' webhook
+   * receivers listen on loopback); false serves as a deployment does.
+   */
+  allowPrivateHookTargets?: boolean;
 }
 
 /**
@@ -57,6 +62,7 @@ export async function startStacksServer(
     db,
     "--port",
     "0",
+    ...(options.allowPrivateHookTargets === false ? [] : ["--allow-private-hook-targets"]),
     ...extra,
   ];
   const [cmd, ...args] = [...(options.wrap ?? []), ...serverArgs];
