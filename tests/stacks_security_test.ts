@@ -401,3 +401,63 @@ Deno.test("query parameters are never echoed raw into the Link header", async ()
     await t.close();
   }
 });
+
+Deno.test("with --public-url a request's Host header cannot point the URLs of others' webhook payloads elsewhere", async () => {
+  const hits: string[] = [];
+  const receiver = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, async (req) => {
+    hits.push(await req.text());
+    return new Response("ok");
+  });
+  const t = await setup({ extra: ["--public-url", "https://forge.example.com"] });
+  try {
+    const hook = await t.as("alice")("POST", "/repos/alice/secret/hooks", {
+      config: { url: `http://127.0.0.1:${receiver.addr.port}/hook`, content_type: "json" },
+      events: ["pull_request"],
+    });
+    assert.equal(hook.status, 201);
+    // bob, a collaborator, opens a pull request with a Host of his choosing (curl sends it as given).
+    const tokens = { bob: await createToken(t.db, "bob") };
+    const bob = apiCaller(t.server.url, tokens.bob);
+    await bob("POST", "/repos/alice/secret/git/refs", { ref: "refs/heads/c", sha: SHA });
+    const out = await new Deno.Command("curl", {
+      args: [
+        "-s",
+        "-H",
+        "Host: evil.example",
+        "-H",
+        `Authorization: token ${tokens.bob}`,
+        "-d",
+        JSON.stringify({ title: "C", head: "c", base: "main" }),
+        `${t.server.url}/repos/alice/secret/pulls`,
+      ],
+      stdout: "piped",
+    }).output();
+    const created = JSON.parse(new TextDecoder().decode(out.stdout));
+    assert.equal(
+      created.url,
+      `https://forge.example.com/repos/alice/secret/pulls/${created.number}`,
+    );
+    await until("the delivery", () => Promise.resolve(hits.length > 0));
+    const payload = JSON.parse(hits[0]);
+    assert.equal(payload.pull_request.url, created.url);
+    assert.ok(!hits[0].includes("evil.example"), "no URL in the payload follows the Host header");
+  } finally {
+    await t.close();
+    await receiver.shutdown();
+  }
+});
+
+Deno.test("a --public-url that is not http(s)://HOST[:PORT] is a usage error", async () => {
+  for (
+    const bad of [
+      "forge.example.com",
+      "ftp://x.example",
+      "https://x.example/api",
+      "https://u:p@x.example",
+    ]
+  ) {
+    const r = await runForgekit(["stacks", "serve", "--port", "0", "--public-url", bad]);
+    assert.equal(r.code, 2, `${bad}: ${r.stderr}`);
+    assert.match(r.stderr, /^error: --public-url must be http\(s\):\/\/HOST\[:PORT\] with no path/);
+  }
+});

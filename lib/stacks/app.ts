@@ -35,6 +35,12 @@ export interface AppOptions {
    * the receivers are internal; give the delivery worker the same option.
    */
   allowPrivateHookTargets?: boolean;
+  /**
+   * Where clients reach the server (`https://forge.example.com`): the base
+   * of every URL in responses and webhook payloads. Default: the request's
+   * own URL, which follows its `Host` header.
+   */
+  publicUrl?: string;
 }
 
 /** Headers that belong to one request, not to the cached representation. */
@@ -134,7 +140,8 @@ export function createApp(options: AppOptions): Hono<Env> {
       );
     }
     const enterprise = c.req.path === "/api/v3" || c.req.path.startsWith("/api/v3/");
-    c.set("urls", { api: `${url.origin}${enterprise ? "/api/v3" : ""}`, web: url.origin });
+    const origin = options.publicUrl ?? url.origin;
+    c.set("urls", { api: `${origin}${enterprise ? "/api/v3" : ""}`, web: origin });
     c.set("store", options.store);
     c.set("notify", options.notify ?? (() => {}));
     c.set("allowPrivateHookTargets", options.allowPrivateHookTargets ?? false);

@@ -43,6 +43,10 @@ Options:
   --allow-private-hook-targets
                          Let webhooks go to loopback, private, link-local and other
                          non-public addresses (default: refused, as on GitHub)
+  --public-url URL       Where clients reach the server (https://forge.example.com):
+                         the base of the URLs in responses and webhook payloads
+                         (default: each request's own Host; set it when others
+                         can send requests)
 
 The API is served at the root (like api.github.com) and under /api/v3 (like an
 enterprise server). Prints one line with the URL. SIGINT/SIGTERM stop it cleanly.`;
@@ -113,6 +117,24 @@ function intOption(
   return n;
 }
 
+/** The `--public-url` origin: http(s), a host, an optional port, no path, query or user. */
+function publicOrigin(raw: string): string {
+  let url: URL | null = null;
+  try {
+    url = new URL(raw);
+  } catch { /* refused below */ }
+  if (
+    !url || !/^https?:$/.test(url.protocol) || url.username || url.password ||
+    url.pathname !== "/" || url.search || url.hash
+  ) {
+    throw usageError(
+      `--public-url must be http(s)://HOST[:PORT] with no path (got: ${raw})`,
+      "e.g. --public-url https://forge.example.com",
+    );
+  }
+  return url.origin;
+}
+
 /** Deno.serve's listen errors: a port that is taken is a failure, a bad --host a usage error. */
 function listenError(err: unknown, hostname: string, port: number): CliError {
   if (err instanceof Deno.errors.AddrInUse || err instanceof Deno.errors.PermissionDenied) {
@@ -140,6 +162,7 @@ async function serve(args: string[]): Promise<number> {
     "hook-backoff-ms": { type: "string" },
     "busy-timeout-ms": { type: "string" },
     "allow-private-hook-targets": { type: "boolean" },
+    "public-url": { type: "string" },
   });
   if (positionals.length) {
     throw usageError(`Unexpected argument: ${positionals[0]}`, "run: forgekit stacks serve --help");
@@ -155,6 +178,9 @@ async function serve(args: string[]): Promise<number> {
     min: 0,
     max: 600_000,
   });
+  const publicUrl = values["public-url"] === undefined
+    ? undefined
+    : publicOrigin(values["public-url"]);
   const db = values.db ?? DEFAULT_DB;
   const hostname = values.host ?? "127.0.0.1";
   const ac = new AbortController();
@@ -182,7 +208,12 @@ async function serve(args: string[]): Promise<number> {
     backoffMs,
     allowPrivateTargets: allowPrivateHookTargets,
   });
-  const app = createApp({ store, notify: () => worker.wake(), allowPrivateHookTargets });
+  const app = createApp({
+    store,
+    notify: () => worker.wake(),
+    allowPrivateHookTargets,
+    publicUrl,
+  });
   handler = app.fetch;
   const { hostname: h, port: p } = server.addr;
   console.log(
