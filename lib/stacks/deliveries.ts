@@ -32,6 +32,12 @@ export interface DeliveryOptions {
 
 /** Hooks sent to at once; each hook has at most one delivery in flight here. */
 const MAX_IN_FLIGHT = 16;
+/**
+ * Of those, at most this many for one account's repositories: hooks that
+ * never answer (each attempt waits out its timeout) slow their own
+ * account's deliveries, not everyone's.
+ */
+const MAX_IN_FLIGHT_PER_OWNER = 4;
 
 /**
  * How long a claimed delivery stays leased beyond the attempt's timeout: time
@@ -99,6 +105,8 @@ export class DeliveryWorker {
   #timer: ReturnType<typeof setTimeout> | undefined;
   #draining: Promise<void> | null = null;
   #again = false;
+  /** Deliveries in flight per repository owner. */
+  #owners = new Map<number, number>();
   #stopped = false;
   /** Hooks with a delivery in flight here, and that send. */
   #inFlight = new Map<number, Promise<void>>();
@@ -165,11 +173,16 @@ export class DeliveryWorker {
     // Busy hooks are left out: the end of their send wakes the worker anyway.
     let next: number | null;
     try {
-      next = await this.#store.nextDueAt([...this.#inFlight.keys()]);
+      next = await this.#store.nextDueAt([...this.#inFlight.keys()], this.#fullOwners());
     } catch {
       next = Date.now() + this.#opts.backoffMs;
     }
     if (next !== null) this.#retryIn(Math.max(0, next - Date.now()));
+  }
+
+  /** Owners with their share of senders in flight: their end wakes the worker. */
+  #fullOwners(): number[] {
+    return [...this.#owners].filter(([, n]) => n >= MAX_IN_FLIGHT_PER_OWNER).map(([o]) => o);
   }
 
   /** Starts a send for every hook with a due delivery, one per hook, up to the limit. */
@@ -178,23 +191,28 @@ export class DeliveryWorker {
       const now = Date.now();
       const skipHooks = [...this.#inFlight.keys()];
       // A read first: most wakes find nothing due, and a claim is a write.
-      const next = await this.#store.nextDueAt(skipHooks);
+      const next = await this.#store.nextDueAt(skipHooks, this.#fullOwners());
       if (next === null || next > now) return;
       const due = await this.#store.transaction(() =>
         this.#store.claimDeliveries(now, {
           until: now + this.#opts.timeoutMs + LEASE_SLACK_MS,
           limit: MAX_IN_FLIGHT - this.#inFlight.size,
           skipHooks,
+          perOwner: { max: MAX_IN_FLIGHT_PER_OWNER, busy: Object.fromEntries(this.#owners) },
         })
       );
       if (due.length === 0) return;
       for (const d of due) {
+        this.#owners.set(d.owner_id, (this.#owners.get(d.owner_id) ?? 0) + 1);
         this.#inFlight.set(
           d.hook_id,
           this.#send(d).catch(() => {
             // Not recorded (the database failed): sent again when the lease is over.
           }).finally(() => {
             this.#inFlight.delete(d.hook_id);
+            const left = (this.#owners.get(d.owner_id) ?? 1) - 1;
+            if (left > 0) this.#owners.set(d.owner_id, left);
+            else this.#owners.delete(d.owner_id);
             this.wake();
           }),
         );

@@ -332,3 +332,91 @@ Deno.test("a database from before content_type keeps sending its hooks JSON", as
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("one account's hooks that never answer take at most its share of the senders: another account's delivery goes out at once", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "forgekit-deliveries-fair-" });
+  const store = openSqliteStore(join(dir, "s.db"));
+  for (const who of ["alice", "mallory"]) {
+    await store.transaction(async () => {
+      const u = await store.ensureUser(who);
+      await store.addToken(u.id, hashToken(`tok-${who}`));
+    });
+  }
+  const worker = new DeliveryWorker(store, {
+    backoffMs: 60_000,
+    timeoutMs: 4000,
+    allowPrivateTargets: true,
+  });
+  const app = createApp({ store, notify: () => worker.wake(), allowPrivateHookTargets: true });
+  const as = (who: string) => async (method: string, path: string, body?: unknown) => {
+    const res = await app.request(path, {
+      method,
+      headers: { authorization: `Bearer tok-${who}` },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    return { status: res.status, text: await res.text() };
+  };
+  const hanging = new Set<() => void>();
+  const stuck = Deno.serve(
+    { hostname: "127.0.0.1", port: 0, onListen() {} },
+    () =>
+      new Promise<Response>((resolve) => {
+        hanging.add(() => resolve(new Response("late")));
+      }),
+  );
+  let arrived = 0;
+  const fast = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, () => {
+    arrived = performance.now();
+    return new Response("ok");
+  });
+  worker.start();
+  try {
+    const openPull = async (who: string) => {
+      const call = as(who);
+      await call("POST", `/repos/${who}/app/git/refs`, {
+        ref: "refs/heads/x",
+        sha: "1".repeat(40),
+      });
+      assert.equal(
+        (await call("POST", `/repos/${who}/app/pulls`, { title: "x", head: "x", base: "main" }))
+          .status,
+        201,
+      );
+    };
+    for (
+      const [who, port, hooks] of [["mallory", stuck.addr.port, 18], [
+        "alice",
+        fast.addr.port,
+        1,
+      ]] as const
+    ) {
+      const call = as(who);
+      assert.equal((await call("POST", "/user/repos", { name: "app" })).status, 201);
+      for (let i = 0; i < hooks; i++) {
+        const h = await call("POST", `/repos/${who}/app/hooks`, {
+          config: { url: `http://127.0.0.1:${port}/h${i}`, content_type: "json" },
+          events: ["pull_request"],
+        });
+        assert.equal(h.status, 201, h.text);
+      }
+    }
+    await openPull("mallory"); // 18 deliveries to a receiver that never answers
+    await new Promise((r) => setTimeout(r, 200));
+    const started = performance.now();
+    await openPull("alice");
+    for (let i = 0; i < 100 && arrived === 0; i++) await new Promise((r) => setTimeout(r, 20));
+    assert.ok(arrived > 0, "alice's delivery went out");
+    // Before: mallory's 18 took all 16 senders, and alice's waited out their 4 s timeout.
+    assert.ok(
+      arrived - started < 1500,
+      `alice's delivery took ${Math.round(arrived - started)} ms`,
+    );
+  } finally {
+    for (const release of hanging) release();
+    await worker.stop();
+    await stuck.shutdown();
+    await fast.shutdown();
+    await store.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});

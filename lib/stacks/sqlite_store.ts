@@ -766,26 +766,50 @@ class SqliteStore implements Store {
   }
   async claimDeliveries(
     at: number,
-    o: { until: number; limit: number; skipHooks: readonly number[] },
+    o: {
+      until: number;
+      limit: number;
+      skipHooks: readonly number[];
+      perOwner?: { max: number; busy: Readonly<Record<number, number>> };
+    },
   ) {
-    // The skipped hooks travel as one JSON array: one statement for any number of them.
-    return this.#w.all(
+    // The oldest due delivery of each hook not in flight; of those, an
+    // owner's n-th (after its busy ones) only while n is within its share.
+    // Lists travel as JSON: one statement for any number of them.
+    const ids = this.#w.all(
       `UPDATE deliveries SET next_attempt_at = ? WHERE id IN (
-         SELECT min(id) FROM deliveries
-         WHERE status = 'pending' AND next_attempt_at <= ?
-           AND hook_id NOT IN (SELECT value FROM json_each(?))
-         GROUP BY hook_id ORDER BY min(id) LIMIT ?)
-       RETURNING *`,
+         SELECT id FROM (
+           SELECT min(d.id) AS id,
+             ROW_NUMBER() OVER (PARTITION BY r.owner_id ORDER BY min(d.id))
+               + coalesce(json_extract(?, '$."' || r.owner_id || '"'), 0) AS nth
+           FROM deliveries d JOIN repos r ON r.id = d.repo_id
+           WHERE d.status = 'pending' AND d.next_attempt_at <= ?
+             AND d.hook_id NOT IN (SELECT value FROM json_each(?))
+           GROUP BY d.hook_id, r.owner_id)
+         WHERE nth <= ? ORDER BY id LIMIT ?)
+       RETURNING id`,
       o.until,
+      JSON.stringify(o.perOwner?.busy ?? {}),
       at,
       JSON.stringify(o.skipHooks),
+      o.perOwner?.max ?? o.limit,
       o.limit,
-    ).map(toDelivery).sort((a, b) => a.id - b.id);
+    ).map((r) => Number(r.id));
+    if (ids.length === 0) return [];
+    return this.#w.all(
+      `SELECT d.*, r.owner_id AS owner_id FROM deliveries d JOIN repos r ON r.id = d.repo_id
+       WHERE d.id IN (SELECT value FROM json_each(?)) ORDER BY d.id`,
+      JSON.stringify(ids),
+    ).map((row) => ({ ...toDelivery(row), owner_id: Number(row.owner_id) }));
   }
-  async nextDueAt(skipHooks: readonly number[]) {
+  async nextDueAt(skipHooks: readonly number[], skipOwners: readonly number[] = []) {
+    // Joined as the claim is, so that what is due here can be claimed there.
     const row = this.#r.get(
-      "SELECT min(next_attempt_at) AS t FROM deliveries WHERE status = 'pending' AND hook_id NOT IN (SELECT value FROM json_each(?))",
+      `SELECT min(d.next_attempt_at) AS t FROM deliveries d JOIN repos r ON r.id = d.repo_id
+       WHERE d.status = 'pending' AND d.hook_id NOT IN (SELECT value FROM json_each(?))
+         AND r.owner_id NOT IN (SELECT value FROM json_each(?))`,
       JSON.stringify(skipHooks),
+      JSON.stringify(skipOwners),
     );
     return row?.t === null || row?.t === undefined ? null : Number(row.t);
   }

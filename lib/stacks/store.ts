@@ -160,10 +160,23 @@ export interface Store {
    */
   claimDeliveries(
     now: number,
-    options: { until: number; limit: number; skipHooks: readonly number[] },
-  ): Promise<DeliveryRow[]>;
-  /** When the next pending delivery of a hook not in `skipHooks` is due, or null. */
-  nextDueAt(skipHooks: readonly number[]): Promise<number | null>;
+    options: {
+      until: number;
+      limit: number;
+      skipHooks: readonly number[];
+      /**
+       * At most `max` deliveries in flight per owner of the repository,
+       * counting `busy` (in flight already, by owner id): one account's
+       * hooks cannot take every sender.
+       */
+      perOwner?: { max: number; busy: Readonly<Record<number, number>> };
+    },
+  ): Promise<(DeliveryRow & { owner_id: number })[]>;
+  /**
+   * When the next pending delivery is due, or null: of hooks not in
+   * `skipHooks`, on repositories of owners not in `skipOwners`.
+   */
+  nextDueAt(skipHooks: readonly number[], skipOwners?: readonly number[]): Promise<number | null>;
   recordAttempt(
     id: number,
     r: {
