@@ -140,29 +140,50 @@ export class AccessLog {
 
 /** The most distinct blocked URLs the summary keeps per host (the access log has them all). */
 export const SUMMARY_URLS_PER_HOST = 20;
+/**
+ * The most hosts the summary names. A workload chooses the hosts it asks
+ * for (and, under an allowed `*.example.com`, any number of them): past
+ * this, blocked requests to further hosts are only counted, so that the
+ * tally's memory and the summary's length stay bounded.
+ */
+export const SUMMARY_HOSTS = 1000;
+/** The most characters of a blocked URL the summary keeps (a URL may be 64 KiB long). */
+export const SUMMARY_URL_LENGTH = 256;
 
 /**
  * What the end-of-run summary needs from the blocked entries, in bounded
- * memory however long the run: counts per host, the hosts no rule allowed,
- * and up to {@linkcode SUMMARY_URLS_PER_HOST} distinct blocked URLs per host.
+ * memory however long the run: counts for up to {@linkcode SUMMARY_HOSTS}
+ * hosts, the hosts no rule allowed, and up to
+ * {@linkcode SUMMARY_URLS_PER_HOST} distinct blocked URLs per host (each
+ * cut to {@linkcode SUMMARY_URL_LENGTH} characters).
  */
 export class BlockedTally {
   #perHost = new Map<string, number>();
   #noRule = new Set<string>();
   #urls = new Map<string, { shown: Set<string>; more: number }>();
+  /** Blocked requests to hosts past {@linkcode SUMMARY_HOSTS}. */
+  #otherHosts = 0;
 
   /** Counts an entry; allowed entries are ignored. */
   add(e: AccessLogEntry): void {
     if (e.decision !== "blocked") return;
-    this.#perHost.set(e.host, (this.#perHost.get(e.host) ?? 0) + 1);
+    const count = this.#perHost.get(e.host);
+    if (count === undefined && this.#perHost.size >= SUMMARY_HOSTS) {
+      this.#otherHosts++;
+      return;
+    }
+    this.#perHost.set(e.host, (count ?? 0) + 1);
     // Only names --allow-domains takes are suggested: the summary's line is
     // meant to be pasted into a shell, and the workload chose these hosts.
     if (e.rule === "no-rule" && domainProblem(e.host) === null) this.#noRule.add(e.host);
     if (e.url && e.rule.startsWith("url-")) {
       let u = this.#urls.get(e.host);
       if (!u) this.#urls.set(e.host, u = { shown: new Set(), more: 0 });
-      if (u.shown.has(e.url)) return;
-      if (u.shown.size < SUMMARY_URLS_PER_HOST) u.shown.add(e.url);
+      const url = e.url.length > SUMMARY_URL_LENGTH
+        ? `${e.url.slice(0, SUMMARY_URL_LENGTH)}…`
+        : e.url;
+      if (u.shown.has(url)) return;
+      if (u.shown.size < SUMMARY_URLS_PER_HOST) u.shown.add(url);
       else u.more++;
     }
   }
@@ -173,6 +194,11 @@ export class BlockedTally {
     const lines = ["forgekit firewall: blocked requests:"];
     for (const [host, n] of [...this.#perHost].sort((a, b) => b[1] - a[1])) {
       lines.push(`  ${host === "" ? "(no host: not a proxy request)" : printable(host)}  ${n}`);
+    }
+    if (this.#otherHosts) {
+      lines.push(
+        `  … and ${this.#otherHosts} more blocked requests to other hosts (see the access log)`,
+      );
     }
     if (this.#noRule.size) {
       lines.push(`  to allow them: --allow-domains ${[...allow, ...this.#noRule].join(",")}`);

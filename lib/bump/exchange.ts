@@ -88,10 +88,22 @@ export interface Refusal {
   why: string;
 }
 
+/**
+ * How long a request in flight may make no progress on the client's side:
+ * no request body byte comes, or the client takes no response byte (it
+ * does not read, or, over HTTP/2, opens no window). Past it the request is
+ * given up and its origin connection closed; otherwise a client could hold
+ * origin connections for ever. As nginx's `client_body_timeout` and
+ * `send_timeout` (60 s each).
+ */
+export const STALL_TIMEOUT_MS = 60_000;
+
 /** Options both servers take. */
 export interface ServeOptions {
   /** How long a request head may take. */
   headTimeoutMs?: number;
+  /** How long a request may make no progress on the client's side ({@linkcode STALL_TIMEOUT_MS}). */
+  stallTimeoutMs?: number;
   /** Told of each request the server refused on its own. */
   onRefused?: (refusal: Refusal) => void;
 }

@@ -29,6 +29,7 @@ import {
   type BumpReply,
   RequestBodyError,
   type ServeOptions,
+  STALL_TIMEOUT_MS,
 } from "./exchange.ts";
 import { latin1Decode, latin1Encode } from "./latin1.ts";
 
@@ -67,9 +68,12 @@ async function readHead(io: SocketIo): Promise<string | "idle" | "partial" | "to
   }
 }
 
+/** What a request body is read from. */
+type BodyInput = Pick<SocketIo, "read" | "unread">;
+
 /** Reads one CRLF-terminated line (chunk sizes, trailers). */
 async function readLine(
-  io: SocketIo,
+  io: BodyInput,
   limit = MAX_CHUNK_LINE,
   tooLong = "a chunk line is too long",
 ): Promise<string> {
@@ -97,7 +101,7 @@ async function readLine(
 
 /** The request body as a stream; `state.done` once it was read whole. */
 function requestBody(
-  io: SocketIo,
+  io: BodyInput,
   framing: number | "chunked",
   state: { done: boolean },
   beforeFirstRead: () => Promise<void>,
@@ -173,6 +177,7 @@ export async function serveH1(
   options: ServeOptions = {},
 ): Promise<void> {
   const timeout = options.headTimeoutMs ?? HEAD_TIMEOUT_MS;
+  const stall = options.stallTimeoutMs ?? STALL_TIMEOUT_MS;
   const refused = (head: string | null, status: number, why: string) => {
     const [method = "?", target = ""] = (head ?? "").split("\r\n", 1)[0].split(" ");
     options.onRefused?.({
@@ -183,17 +188,34 @@ export async function serveH1(
     });
   };
   // One timer per connection, not one per request: it ends a head read
-  // that has taken longer than the limit.
-  let waitingSince: number | null = null;
+  // that has taken longer than the limit, or a body read that waited
+  // longer than the stall limit.
+  let deadline: number | null = null;
   const watch = setInterval(() => {
-    if (waitingSince !== null && performance.now() - waitingSince >= timeout) io.expire();
-  }, Math.min(1000, timeout / 4));
+    if (deadline !== null && performance.now() >= deadline) io.expire();
+  }, Math.min(1000, timeout / 4, stall / 4));
+  const body: BodyInput = {
+    read: async (max) => {
+      io.unexpire();
+      deadline = performance.now() + stall;
+      try {
+        const got = await io.read(max);
+        if (got === "expired") {
+          throw new RequestBodyError(`no request body bytes for ${stall} ms`);
+        }
+        return got;
+      } finally {
+        deadline = null;
+      }
+    },
+    unread: (bytes) => io.unread(bytes),
+  };
   try {
     for (;;) {
       io.unexpire();
-      waitingSince = performance.now();
+      deadline = performance.now() + timeout;
       const head = await readHead(io);
-      waitingSince = null;
+      deadline = null;
       if (head === "idle") return;
       if (head === "partial") {
         return await refuse(
@@ -217,7 +239,7 @@ export async function serveH1(
         refused(head, 400, `bad request: ${req.why}`);
         return await refuse(io, 400, "Bad Request", `Bad request: ${req.why}\n`);
       }
-      if (!await exchange(io, req, handler, refused)) return;
+      if (!await exchange(io, body, req, handler, refused)) return;
     }
   } catch {
     // the connection failed
@@ -230,6 +252,7 @@ export async function serveH1(
 /** One request and its reply; whether the connection may carry another. */
 async function exchange(
   io: SocketIo,
+  input: BodyInput,
   req: Extract<ParsedHead, { ok: true }>,
   handler: BumpHandler,
   refused: (head: string, status: number, why: string) => void,
@@ -264,7 +287,7 @@ async function exchange(
       method: req.method,
       url: req.target.startsWith("https://") ? req.target : `https://${host}${req.target}`,
       headers: req.headers,
-      body: req.body === 0 ? null : requestBody(io, req.body, body, async () => {
+      body: req.body === 0 ? null : requestBody(input, req.body, body, async () => {
         if (expectsContinue) await io.write(enc.encode("HTTP/1.1 100 Continue\r\n\r\n"));
       }),
       upgrade,
@@ -316,6 +339,10 @@ async function exchange(
   if (reply.sized) {
     const { conn, length, buffered } = reply.sized;
     let delivered = 0;
+    // A client gone while the origin is silent: the read waiting on it ends now.
+    const giveUp = () => closeQuietly(conn);
+    if (io.signal.aborted) giveUp();
+    io.signal.addEventListener("abort", giveUp);
     try {
       if (bodiless) await io.write(head);
       else {
@@ -331,6 +358,7 @@ async function exchange(
         if (copied !== rest) throw new Error("the body ended before its length");
       }
     } finally {
+      io.signal.removeEventListener("abort", giveUp);
       closeQuietly(conn);
       reply.sized.ended?.(bodiless ? length : delivered);
     }
@@ -339,24 +367,37 @@ async function exchange(
   } else {
     await io.write(head);
     let sent = 0;
-    for await (let chunk of content) {
-      if (chunk.byteLength === 0) continue;
-      // A sized body ends at its length (the stream may be the origin connection itself).
-      if (reply.length !== null && sent + chunk.byteLength > reply.length) {
-        chunk = chunk.subarray(0, reply.length - sent);
+    // Read through a reader, which can be cancelled while a read waits: a
+    // client gone (or that ended its input, as nginx takes it) while the
+    // origin is silent ends it, and the origin connection is closed at once.
+    const reader = content.getReader();
+    const giveUp = () => reader.cancel().catch(() => {});
+    if (io.signal.aborted) giveUp();
+    io.signal.addEventListener("abort", giveUp);
+    try {
+      for (let r = await reader.read(); !r.done; r = await reader.read()) {
+        let chunk = r.value;
+        if (chunk.byteLength === 0) continue;
+        // A sized body ends at its length (the stream may be the origin connection itself).
+        if (reply.length !== null && sent + chunk.byteLength > reply.length) {
+          chunk = chunk.subarray(0, reply.length - sent);
+        }
+        sent += chunk.byteLength;
+        if (!chunked) {
+          await io.write(chunk);
+          if (sent === reply.length) break;
+          continue;
+        }
+        const size = enc.encode(`${chunk.byteLength.toString(16)}\r\n`);
+        const framed = new Uint8Array(size.byteLength + chunk.byteLength + 2);
+        framed.set(size);
+        framed.set(chunk, size.byteLength);
+        framed.set([13, 10], size.byteLength + chunk.byteLength);
+        await io.write(framed);
       }
-      sent += chunk.byteLength;
-      if (!chunked) {
-        await io.write(chunk);
-        if (sent === reply.length) break;
-        continue;
-      }
-      const size = enc.encode(`${chunk.byteLength.toString(16)}\r\n`);
-      const framed = new Uint8Array(size.byteLength + chunk.byteLength + 2);
-      framed.set(size);
-      framed.set(chunk, size.byteLength);
-      framed.set([13, 10], size.byteLength + chunk.byteLength);
-      await io.write(framed);
+    } finally {
+      io.signal.removeEventListener("abort", giveUp);
+      reader.cancel().catch(() => {}); // no-op once the body has ended
     }
     if (chunked) await io.write(enc.encode("0\r\n\r\n"));
     else if (reply.length !== null && sent !== reply.length) {

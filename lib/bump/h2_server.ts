@@ -46,6 +46,7 @@ import {
   ownReply,
   RequestBodyError,
   type ServeOptions,
+  STALL_TIMEOUT_MS,
 } from "./exchange.ts";
 
 /** The most streams a client may have open at once. */
@@ -112,6 +113,8 @@ class H2Connection {
   #io: SocketIo;
   #handler: BumpHandler;
   #timeout: number;
+  /** How long a stream may wait for the client's window or request body. */
+  #stall: number;
   #decoder = new HpackDecoder({ maxTableSize: 4096, maxHeaderListSize: MAX_HEADER_LIST });
   #encoder = new HpackEncoder();
   #streams = new Map<number, Stream>();
@@ -140,6 +143,7 @@ class H2Connection {
     this.#io = io;
     this.#handler = handler;
     this.#timeout = options.headTimeoutMs ?? HEAD_TIMEOUT_MS;
+    this.#stall = options.stallTimeoutMs ?? STALL_TIMEOUT_MS;
     this.#onRefused = options.onRefused;
   }
 
@@ -557,10 +561,23 @@ class H2Connection {
           // The client waits for this before sending the body.
           if (expects) await this.#writeHead(stream, 100, [], false);
         }
+        const since = performance.now();
         while (stream.queue.length === 0) {
           if (stream.failure) throw stream.failure;
           if (stream.remoteClosed) return controller.close();
-          await new Promise<void>((resolve) => stream.wake = resolve);
+          const left = this.#stall - (performance.now() - since);
+          if (left <= 0) {
+            // The client holds the origin connection and sends nothing.
+            this.#fail(stream, new RequestBodyError(`no request body bytes for ${this.#stall} ms`));
+            continue;
+          }
+          await new Promise<void>((resolve) => {
+            const timer = setTimeout(resolve, left);
+            stream.wake = () => {
+              clearTimeout(timer);
+              resolve();
+            };
+          });
           stream.wake = null;
         }
         const chunk = stream.queue.shift()!;
@@ -762,9 +779,14 @@ class H2Connection {
       ? reply.headers
       : reply.headers.filter(([k]) => k !== "content-length");
     if (!bodiless && length !== null) headers.push(["content-length", String(length)]);
+    // A body being read is cancelled through its reader (the stream itself
+    // is locked then): a read waiting on a silent origin ends at once, and
+    // the origin connection is closed.
+    let reader: ReadableStreamDefaultReader<Uint8Array> | null = null;
     stream.onReset = () => {
       if (reply.sized) closeQuietly(reply.sized.conn);
-      if (reply.body instanceof ReadableStream) reply.body.cancel().catch(() => {});
+      if (reader) reader.cancel().catch(() => {});
+      else if (reply.body instanceof ReadableStream) reply.body.cancel().catch(() => {});
     };
     try {
       if (bodiless || (reply.body === null && !reply.sized)) {
@@ -793,8 +815,9 @@ class H2Connection {
       }
       await this.#io.write(head);
       // Each chunk goes out as it comes (a stream of events must not wait for the next).
-      for await (const chunk of reply.body as ReadableStream<Uint8Array>) {
-        if (chunk.byteLength) await this.#writeData(stream, chunk, false);
+      reader = (reply.body as ReadableStream<Uint8Array>).getReader();
+      for (let r = await reader.read(); !r.done; r = await reader.read()) {
+        if (r.value.byteLength) await this.#writeData(stream, r.value, false);
       }
       await this.#writeData(stream, new Uint8Array(0), true);
     } finally {
@@ -851,12 +874,27 @@ class H2Connection {
 
   /** Waits until the stream and the connection allow sending; the bytes allowed (0 for none wanted). */
   async #window(stream: Stream, wanted: number): Promise<number> {
+    const since = performance.now();
     for (;;) {
       if (stream.reset) throw new Error(`stream ${stream.id} was reset`);
       if (this.#io.closed) throw new Error("the client connection is closed");
       const room = this.#room(stream);
       if (wanted === 0 || room > 0) return Math.max(0, room);
-      await new Promise<void>((resolve) => this.#windowWaiters.add(resolve));
+      const left = this.#stall - (performance.now() - since);
+      if (left <= 0) {
+        // The client takes nothing, and holds the origin connection meanwhile.
+        this.#resetStream(stream.id, ErrorCode.CANCEL);
+        throw new Error(`stream ${stream.id} opened no window for ${this.#stall} ms`);
+      }
+      await new Promise<void>((resolve) => {
+        const wake = () => {
+          clearTimeout(timer);
+          this.#windowWaiters.delete(wake);
+          resolve();
+        };
+        const timer = setTimeout(wake, left);
+        this.#windowWaiters.add(wake);
+      });
     }
   }
 }

@@ -31,6 +31,7 @@ import {
   ownReply,
   type Refusal,
   RequestBodyError,
+  STALL_TIMEOUT_MS,
 } from "./exchange.ts";
 import { serveH1 } from "./h1_server.ts";
 import { serveH2 } from "./h2_server.ts";
@@ -53,6 +54,8 @@ export interface InterceptorOptions {
   capacity?: number;
   /** How long a request head may take on an adopted connection. */
   headTimeoutMs?: number;
+  /** How long a request may make no progress on the client's side (default 60 s). */
+  stallTimeoutMs?: number;
 }
 
 interface ConnContext {
@@ -136,7 +139,8 @@ export class Interceptor {
       socket = client.startTls(clientHello, { secureContext, alpn: ["h2", "http/1.1"] });
       this.#sockets.add(socket);
       const closed = new Promise<void>((resolve) => socket!.once("close", resolve));
-      const io = new SocketIo(socket);
+      const stallTimeoutMs = this.#opts.stallTimeoutMs ?? STALL_TIMEOUT_MS;
+      const io = new SocketIo(socket, { stallMs: stallTimeoutMs });
       if (!await handshake(socket, closed, this.#opts.headTimeoutMs ?? HEAD_TIMEOUT_MS)) return;
       const h2 = socket.alpnProtocol === "h2";
       this.#opts.debug?.(
@@ -145,6 +149,7 @@ export class Interceptor {
       const serve = h2 ? serveH2 : serveH1;
       await serve(io, (req) => this.#answer(ctx, req), {
         headTimeoutMs: this.#opts.headTimeoutMs,
+        stallTimeoutMs,
         onRefused: (r) => this.#logRefusal(ctx, r),
       });
       // The writing side has ended; the client gets a moment to close its own.

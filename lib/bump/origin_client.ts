@@ -96,7 +96,25 @@ export interface OriginClientOptions {
   maxIdleTotal?: number;
   /** An idle connection is closed after this long. */
   idleMs?: number;
+  /** Origin connections open at once, in all (default {@linkcode MAX_ORIGIN_CONNECTIONS}). */
+  maxConnections?: number;
 }
+
+/**
+ * Origin connections open at once, in use, idle or being opened. Each
+ * HTTP/2 stream of a client needs one of its own (origins are spoken to in
+ * HTTP/1.1), so without a bound a workload could make forgekit open 100
+ * per client connection and run the process out of file descriptors. A
+ * parallel build keeps a few dozen requests in flight; past this bound a
+ * request waits for a connection to close (or its client to give up).
+ */
+export const MAX_ORIGIN_CONNECTIONS = 512;
+/**
+ * Connections opened ahead of a request ({@linkcode OriginClient.warm}) at
+ * once: they only save a little time, and a workload sending CONNECTs to
+ * many hosts without using them must not make forgekit dial each one.
+ */
+export const MAX_WARMING = 16;
 
 /** The largest response body passed on as one piece rather than streamed. */
 const WHOLE_BODY_LIMIT = 64 * 1024;
@@ -308,9 +326,58 @@ export class OriginClient {
   #warming = new Map<string, Promise<OriginConn | null>>();
   #sweeper: ReturnType<typeof setInterval> | undefined;
   #closed = false;
+  /** Connections open or being opened (each holds a slot until closed). */
+  #open = 0;
+  /** Requests waiting for a slot, first come first served. */
+  #waiting: (() => void)[] = [];
 
   constructor(options: OriginClientOptions) {
     this.#opts = options;
+  }
+
+  /** Connections open or being opened now. */
+  get openConnections(): number {
+    return this.#open;
+  }
+
+  get #max(): number {
+    return this.#opts.maxConnections ?? MAX_ORIGIN_CONNECTIONS;
+  }
+
+  /** Takes a slot at once when one is free (an idle connection is closed for it if needed). */
+  #trySlot(): boolean {
+    if (this.#open >= this.#max && this.#idleOrder.size > 0) {
+      this.#drop(this.#idleOrder.values().next().value!);
+    }
+    if (this.#open >= this.#max) return false;
+    this.#open++;
+    return true;
+  }
+
+  /** Takes a slot, waiting for one while all are held; a request given up stops waiting. */
+  async #slot(signal?: AbortSignal): Promise<void> {
+    if (this.#waiting.length === 0 && this.#trySlot()) return;
+    if (signal?.aborted) throw whyAborted(signal, signal.reason);
+    await new Promise<void>((resolve, reject) => {
+      const given = () => {
+        signal?.removeEventListener("abort", abort);
+        resolve();
+      };
+      const abort = () => {
+        const at = this.#waiting.indexOf(given);
+        if (at !== -1) this.#waiting.splice(at, 1);
+        reject(whyAborted(signal!, signal!.reason));
+      };
+      this.#waiting.push(given);
+      signal?.addEventListener("abort", abort, { once: true });
+    });
+  }
+
+  /** Gives a slot back: to the first request waiting, else to the pool of free ones. */
+  #freeSlot(): void {
+    const next = this.#waiting.shift();
+    if (next) return next();
+    this.#open--;
   }
 
   /**
@@ -324,6 +391,7 @@ export class OriginClient {
   warm(host: string, port: number): void {
     const key = `${host.toLowerCase()}:${port}`;
     if (this.#closed || this.#warming.has(key) || (this.#idle.get(key)?.length ?? 0) > 0) return;
+    if (this.#warming.size >= MAX_WARMING || this.#waiting.length > 0 || !this.#trySlot()) return;
     const pending = this.#dial(host, port, key).then(async (oc) => {
       await oc.conn.handshake();
       return oc;
@@ -345,8 +413,8 @@ export class OriginClient {
       const pooled = attempt === 0
         ? this.#takeIdle(key) ?? await this.#takeWarming(key)
         : undefined;
-      const oc = pooled ?? await this.#dial(req.host, req.port, key);
       const { signal } = req;
+      const oc: OriginConn = pooled ?? await this.#connect(req.host, req.port, key, signal);
       if (signal?.aborted) {
         this.#release(oc);
         throw whyAborted(signal, signal.reason);
@@ -372,6 +440,11 @@ export class OriginClient {
   close(): void {
     this.#closed = true;
     if (this.#sweeper !== undefined) clearInterval(this.#sweeper);
+    // Waiting requests get a slot, and fail to dial with it.
+    for (const given of this.#waiting.splice(0)) {
+      this.#open++;
+      given();
+    }
     for (const pending of this.#warming.values()) pending.then((oc) => oc?.close());
     this.#warming.clear();
     for (const list of this.#idle.values()) for (const oc of list) oc.close();
@@ -413,7 +486,8 @@ export class OriginClient {
   }
 
   #release(oc: OriginConn): void {
-    if (this.#closed || oc.buffered > 0) return oc.close(); // bytes beyond the response: not reusable
+    // Bytes beyond the response: not reusable. A request waiting for a slot gets this one's.
+    if (this.#closed || oc.buffered > 0 || this.#waiting.length > 0) return oc.close();
     let list = this.#idle.get(oc.key);
     if (!list) this.#idle.set(oc.key, list = []);
     if (list.length >= (this.#opts.maxIdle ?? 32)) return oc.close();
@@ -445,23 +519,50 @@ export class OriginClient {
     }
   }
 
+  /** Opens a connection once a slot is free. */
+  async #connect(
+    host: string,
+    port: number,
+    key: string,
+    signal?: AbortSignal,
+  ): Promise<OriginConn> {
+    await this.#slot(signal);
+    return await this.#dial(host, port, key);
+  }
+
+  /**
+   * Opens a connection with a slot already taken; the slot is given back
+   * when the connection closes, whoever closes it (a body or tunnel handed
+   * to the caller included), or at once when the dial fails.
+   */
   async #dial(host: string, port: number, key: string): Promise<OriginConn> {
-    if (this.#closed) throw new Error("the origin client is closed");
-    const tcp = await dialTunnel(this.#opts.upstream, host, port) as Deno.TcpConn;
+    let tcp: Deno.TcpConn | undefined;
     try {
+      if (this.#closed) throw new Error("the origin client is closed");
+      tcp = await dialTunnel(this.#opts.upstream, host, port) as Deno.TcpConn;
       tcp.setNoDelay?.(true);
       const tls = await Deno.startTls(tcp, {
         hostname: host,
         caCerts: this.#opts.caCerts,
         alpnProtocols: ["http/1.1"],
       });
+      const close = tls.close.bind(tls);
+      let open = true;
+      tls.close = () => {
+        if (open) {
+          open = false;
+          this.#freeSlot();
+        }
+        close();
+      };
       return new OriginConn(tls, key);
     } catch (err) {
       try {
-        tcp.close();
+        tcp?.close();
       } catch {
         // already closed
       }
+      this.#freeSlot();
       throw err;
     }
   }

@@ -23,8 +23,14 @@ export class SocketIo {
 
   #listeners: [string, (arg: never) => void][];
   #gone = new AbortController();
+  #stallMs: number;
 
-  constructor(readonly socket: Duplex) {
+  /**
+   * `stallMs`: how long a write may wait for room (the peer reads nothing)
+   * before the socket is destroyed; by default for ever.
+   */
+  constructor(readonly socket: Duplex, options: { stallMs?: number } = {}) {
+    this.#stallMs = options.stallMs ?? Infinity;
     // Each write waiting for room adds a drain listener: many streams may wait at once.
     socket.setMaxListeners(0);
     this.#listeners = [
@@ -147,7 +153,12 @@ export class SocketIo {
     if (this.closed) throw new Error("the client connection is closed");
     if (this.socket.write(bytes, onSent)) return;
     await new Promise<void>((resolve, reject) => {
+      // A peer that reads nothing for this long is not coming back.
+      const timer = Number.isFinite(this.#stallMs)
+        ? setTimeout(() => this.socket.destroy(), this.#stallMs)
+        : undefined;
       const done = () => {
+        clearTimeout(timer);
         this.socket.off("drain", done);
         this.socket.off("close", done);
         if (this.socket.destroyed) reject(new Error("the client connection closed"));

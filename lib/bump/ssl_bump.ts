@@ -42,6 +42,10 @@ export interface BumpSessionOptions {
   leafCacheSize?: number;
   /** How long a request head may take on a bumped HTTP/1.1 connection (default 30 s). */
   headTimeoutMs?: number;
+  /** How long a bumped request may make no progress on the client's side (default 60 s). */
+  stallTimeoutMs?: number;
+  /** Origin connections open at once (default `MAX_ORIGIN_CONNECTIONS`). */
+  maxOriginConnections?: number;
   /** An upstream proxy URL; by default the invoking environment's HTTPS_PROXY applies. */
   upstreamProxy?: string;
   /** The invoking environment's proxy settings, when already read (`proxyEnv()`). */
@@ -118,6 +122,7 @@ export async function createBumpSession(options: BumpSessionOptions): Promise<Bu
     caCerts: options.upstreamCaCerts,
     upstream: options.upstream ??
       (options.upstreamProxy ? { https: new URL(options.upstreamProxy), noProxy: [] } : proxyEnv()),
+    maxConnections: options.maxOriginConnections,
   });
   const interceptor = new Interceptor({
     patterns: options.patterns,
@@ -126,6 +131,7 @@ export async function createBumpSession(options: BumpSessionOptions): Promise<Bu
     log: options.log,
     debug: options.debug,
     headTimeoutMs: options.headTimeoutMs,
+    stallTimeoutMs: options.stallTimeoutMs,
   });
   let closed: Promise<void> | undefined;
   return {

@@ -44,6 +44,8 @@ export async function startBumpFront(options: {
   upstreamCaCerts: string[];
   upstreamProxy?: string;
   headTimeoutMs?: number;
+  stallTimeoutMs?: number;
+  maxOriginConnections?: number;
   logToFile?: boolean;
 }): Promise<BumpFront> {
   const sessionDir = await Deno.makeTempDir({ prefix: "fw-test-" });
@@ -62,6 +64,8 @@ export async function startBumpFront(options: {
     // As in the firewall without --log-level debug, the bench's case: no lines made.
     debug: options.logToFile ? undefined : (line) => debug.push(line),
     headTimeoutMs: options.headTimeoutMs,
+    stallTimeoutMs: options.stallTimeoutMs,
+    maxOriginConnections: options.maxOriginConnections,
   });
   const listener = await listenProxy({ hostname: "127.0.0.1", port: 0 }, true);
   const serving = serveProxy(listener, {
@@ -122,14 +126,14 @@ export function echoLatin(req: Request): Response {
 export async function startBumpFixture(
   allowUrls: string[],
   handler: OriginHandler = (req) => new Response(`origin ${new URL(req.url).pathname}\n`),
-  options: { headTimeoutMs?: number } = {},
+  options: { headTimeoutMs?: number; stallTimeoutMs?: number; maxOriginConnections?: number } = {},
 ): Promise<BumpFixture> {
   const origins = await startOrigins(["api.github.com", "other.github.com"], handler);
   const front = await startBumpFront({
     allowUrls,
     upstreamCaCerts: [origins.ca.cert],
     upstreamProxy: origins.proxy.url,
-    headTimeoutMs: options.headTimeoutMs,
+    ...options,
   });
   return {
     ...front,
