@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { runForgekit, runOnTerminal, spawnForgekit } from "./support/cli.ts";
 import { startRawServer } from "./support/raw_server.ts";
+import { clientEnv } from "./support/stacks_server.ts";
 import denoJson from "../deno.json" with { type: "json" };
 
 Deno.test("forgekit --version prints the version from deno.json", async () => {
@@ -631,19 +632,6 @@ Deno.test("fetch -d @FILE streams the file with its Content-Length: memory stays
 
 Deno.test("colours go only to a terminal: a report on stdout redirected to a file has none", async () => {
   const dir = await Deno.makeTempDir({ prefix: "forgekit-colour-" });
-  const authFile = join(dir, "auth.json");
-  await Deno.writeTextFile(
-    authFile,
-    JSON.stringify({
-      providers: [{
-        hosts: ["127.0.0.1"],
-        provider: "codehost",
-        auth: "bearer",
-        token_env: "COLOUR_TOKEN",
-      }],
-    }),
-    { mode: 0o600 },
-  );
   // A stack for `stack view` to draw.
   const ac = new AbortController();
   const api = Deno.serve(
@@ -668,7 +656,9 @@ Deno.test("colours go only to a terminal: a report on stdout redirected to a fil
       return Response.json({ message: "Not Found" }, { status: 404 });
     },
   );
-  const env = { COLOUR_TOKEN: "fks_colour_test_token" };
+  // An auth.json whose entry for 127.0.0.1 sends a token: the doctor reports it usable.
+  const env = await clientEnv(dir, `http://127.0.0.1:${api.addr.port}`, "fks_colour_test_token");
+  const authFile = env.FORGEKIT_AUTH_FILE;
   const ESC = "\x1b[";
   const commands: [string, string[]][] = [
     ["auth doctor", ["auth", "doctor", "--auth-file", authFile]],
