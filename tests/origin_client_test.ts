@@ -326,3 +326,24 @@ Deno.test("idle connections are bounded in all: the least recently used origin's
     await Promise.all(origins.map((o) => o.serving));
   }
 });
+
+Deno.test("a connection opened ahead whose TLS handshake fails gives its slot back", async () => {
+  // An "origin" that is not TLS: accepts and closes at once.
+  const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = (l.addr as Deno.NetAddr).port;
+  (async () => {
+    for await (const c of l) c.close();
+  })().catch(() => {});
+  const client = new OriginClient({ caCerts: [], upstream: { noProxy: [] }, maxConnections: 4 });
+  try {
+    for (let i = 0; i < 4; i++) {
+      client.warm("127.0.0.1", port);
+      for (let t = 0; t < 100 && client.openConnections > 0; t++) await sleep(10);
+    }
+    // Before: each failed warm kept its slot, and every later request waited for ever.
+    assert.equal(client.openConnections, 0);
+  } finally {
+    client.close();
+    l.close();
+  }
+});

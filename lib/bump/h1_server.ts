@@ -365,7 +365,6 @@ async function exchange(
   } else if (content === null || content instanceof Uint8Array) {
     await io.write(content === null ? head : concat([head, content]));
   } else {
-    await io.write(head);
     let sent = 0;
     // Read through a reader, which can be cancelled while a read waits: a
     // client gone (or that ended its input, as nginx takes it) while the
@@ -375,6 +374,8 @@ async function exchange(
     if (io.signal.aborted) giveUp();
     io.signal.addEventListener("abort", giveUp);
     try {
+      // Inside: a head that cannot be written cancels the body too.
+      await io.write(head);
       for (let r = await reader.read(); !r.done; r = await reader.read()) {
         let chunk = r.value;
         if (chunk.byteLength === 0) continue;

@@ -823,6 +823,9 @@ class H2Connection {
     } finally {
       stream.onReset = null;
       if (reply.sized) closeQuietly(reply.sized.conn);
+      // A body not read to its end (a write failed) is given up: its origin connection closes.
+      if (reader) reader.cancel().catch(() => {});
+      else if (reply.body instanceof ReadableStream) reply.body.cancel().catch(() => {});
     }
   }
 

@@ -393,7 +393,12 @@ export class OriginClient {
     if (this.#closed || this.#warming.has(key) || (this.#idle.get(key)?.length ?? 0) > 0) return;
     if (this.#warming.size >= MAX_WARMING || this.#waiting.length > 0 || !this.#trySlot()) return;
     const pending = this.#dial(host, port, key).then(async (oc) => {
-      await oc.conn.handshake();
+      try {
+        await oc.conn.handshake();
+      } catch (err) {
+        oc.close(); // gives its slot back
+        throw err;
+      }
       return oc;
     }).catch(() => null);
     this.#warming.set(key, pending);
