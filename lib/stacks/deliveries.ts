@@ -169,7 +169,8 @@ export class DeliveryWorker {
   }
 
   async #schedule() {
-    if (this.#stopped) return;
+    // Every sender busy: the end of a send wakes the worker (a timer now would spin).
+    if (this.#stopped || this.#inFlight.size >= MAX_IN_FLIGHT) return;
     // Busy hooks are left out: the end of their send wakes the worker anyway.
     let next: number | null;
     try {
@@ -230,17 +231,13 @@ export class DeliveryWorker {
         this.#stop.signal,
         AbortSignal.timeout(this.#opts.timeoutMs),
       ]);
-      let client: Deno.HttpClient | undefined;
       try {
         if (!this.#opts.allowPrivateTargets) {
-          const url = new URL(hook.url);
-          const target = await resolvePublicTarget(url, { lookup: this.#lookup, signal });
-          // Plain HTTP connects to the address that was checked, not to whatever the name
-          // resolves to next (DNS rebinding). HTTPS cannot be pinned so (Deno's tcp transport
-          // carries no TLS), but there a rebound name meets a certificate that is not its own.
-          if (url.protocol === "http:") {
-            client = Deno.createHttpClient({ proxy: { transport: "tcp", ...target } });
-          }
+          // Every address the name resolves to must be public. The connection then resolves
+          // it again: a name re-pointed in between (DNS rebinding) is not caught for plain
+          // HTTP (Deno's fetch cannot be pinned to an address without sending proxy-style
+          // request lines); over HTTPS such a name meets a certificate that is not its own.
+          await resolvePublicTarget(new URL(hook.url), { lookup: this.#lookup, signal });
         }
         // No credentials of ours (config: null), and, as GitHub, a receiver's
         // redirect is never followed: a 3xx is a failed delivery.
@@ -248,15 +245,12 @@ export class DeliveryWorker {
           config: null,
           resolveReleases: false,
           followRedirects: false,
-          client,
         });
         code = res.status;
         await res.body?.cancel(); // never read: a receiver's answer may be endless
       } catch {
         if (this.#stopped) return; // abandoned by stop(): the lease runs out, and it is sent again
         code = null; // receiver down, timed out or not public: retried below
-      } finally {
-        client?.close();
       }
     }
     const ok = code !== null && code >= 200 && code < 300;

@@ -420,3 +420,73 @@ Deno.test("one account's hooks that never answer take at most its share of the s
     await Deno.remove(dir, { recursive: true });
   }
 });
+Deno.test("a worker with every sender busy and a delivery due waits for a send to end instead of spinning", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "review-busy-" });
+  const store = openSqliteStore(join(dir, "s.db"));
+  let reads = 0;
+  const nextDueAt = store.nextDueAt.bind(store);
+  store.nextDueAt = (...a: Parameters<typeof nextDueAt>) => (reads++, nextDueAt(...a));
+  const users = ["u1", "u2", "u3", "u4", "u5", "u6"];
+  for (const who of users) {
+    await store.transaction(async () => {
+      const u = await store.ensureUser(who);
+      await store.addToken(u.id, hashToken(`tok-${who}`));
+    });
+  }
+  const worker = new DeliveryWorker(store, {
+    backoffMs: 60_000,
+    timeoutMs: 8000,
+    allowPrivateTargets: true,
+  });
+  const app = createApp({ store, notify: () => worker.wake(), allowPrivateHookTargets: true });
+  const as = (who: string) => async (method: string, path: string, body?: unknown) => {
+    const res = await app.request(path, {
+      method,
+      headers: { authorization: `Bearer tok-${who}` },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    return { status: res.status, text: await res.text() };
+  };
+  const hanging = new Set<() => void>();
+  const stuck = Deno.serve(
+    { hostname: "127.0.0.1", port: 0, onListen() {} },
+    () => new Promise<Response>((resolve) => hanging.add(() => resolve(new Response("late")))),
+  );
+  worker.start();
+  try {
+    for (const who of users) {
+      const call = as(who);
+      assert.equal((await call("POST", "/user/repos", { name: "app" })).status, 201);
+      for (let i = 0; i < (who === "u6" ? 1 : 4); i++) {
+        const h = await call("POST", `/repos/${who}/app/hooks`, {
+          config: { url: `http://127.0.0.1:${stuck.addr.port}/h${i}`, content_type: "json" },
+          events: ["pull_request"],
+        });
+        assert.equal(h.status, 201, h.text);
+      }
+    }
+    for (const who of users) {
+      const call = as(who);
+      await call("POST", `/repos/${who}/app/git/refs`, {
+        ref: "refs/heads/x",
+        sha: "1".repeat(40),
+      });
+      assert.equal(
+        (await call("POST", `/repos/${who}/app/pulls`, { title: "x", head: "x", base: "main" }))
+          .status,
+        201,
+      );
+    }
+    await new Promise((r) => setTimeout(r, 500));
+    const before = reads;
+    await new Promise((r) => setTimeout(r, 1000));
+    const perSecond = reads - before;
+    assert.ok(perSecond < 20, `the worker spins: ${perSecond} database reads a second`);
+  } finally {
+    for (const release of hanging) release();
+    await worker.stop();
+    await stuck.shutdown();
+    await store.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});

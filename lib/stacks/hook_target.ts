@@ -107,7 +107,7 @@ function v6Problem(g: number[]): string | null {
 
 /** The URL's host without IPv6 brackets and a final dot, lower-case. */
 function bareHost(url: URL): string {
-  return url.hostname.replace(/^\[|\]$/g, "").replace(/\.$/, "").toLowerCase();
+  return url.hostname.replace(/^\[|\]$/g, "").replace(/\.+$/, "").toLowerCase();
 }
 
 /**

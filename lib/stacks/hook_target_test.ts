@@ -57,6 +57,7 @@ Deno.test("hookUrlProblem() refuses loopback names and non-public IP literals in
     ["http://169.254.169.254/latest/meta-data/", /link-local/],
     ["http://localhost/", /^localhost is a loopback/],
     ["http://LOCALHOST./", /^localhost is a loopback/],
+    ["http://localhost../", /^localhost is a loopback/],
     ["http://api.localhost:9/", /loopback/],
     ["https://ci.example/hook", null],
     ["http://8.8.8.8/", null],
