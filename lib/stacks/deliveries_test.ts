@@ -9,6 +9,7 @@ import { createApp, hashToken } from "./app.ts";
 import { type DeliveryOptions, DeliveryWorker } from "./deliveries.ts";
 import { DatabaseSync } from "node:sqlite";
 import { openSqliteStore } from "./sqlite_store.ts";
+import type { Store } from "./store.ts";
 
 async function setup(options: DeliveryOptions = {}) {
   const dir = await Deno.makeTempDir({ prefix: "forgekit-deliveries-" });
@@ -333,100 +334,18 @@ Deno.test("a database from before content_type keeps sending its hooks JSON", as
   }
 });
 
-Deno.test("one account's hooks that never answer take at most its share of the senders: another account's delivery goes out at once", async () => {
-  const dir = await Deno.makeTempDir({ prefix: "forgekit-deliveries-fair-" });
+/**
+ * Several accounts, each with a repository `app`, a worker sending to
+ * loopback, and a receiver that never answers (`stuckPort`). `instrument`
+ * sees the store before the worker starts.
+ */
+async function accounts(
+  users: string[],
+  options: { timeoutMs: number; instrument?: (store: Store) => void },
+) {
+  const dir = await Deno.makeTempDir({ prefix: "forgekit-deliveries-accounts-" });
   const store = openSqliteStore(join(dir, "s.db"));
-  for (const who of ["alice", "mallory"]) {
-    await store.transaction(async () => {
-      const u = await store.ensureUser(who);
-      await store.addToken(u.id, hashToken(`tok-${who}`));
-    });
-  }
-  const worker = new DeliveryWorker(store, {
-    backoffMs: 60_000,
-    timeoutMs: 4000,
-    allowPrivateTargets: true,
-  });
-  const app = createApp({ store, notify: () => worker.wake(), allowPrivateHookTargets: true });
-  const as = (who: string) => async (method: string, path: string, body?: unknown) => {
-    const res = await app.request(path, {
-      method,
-      headers: { authorization: `Bearer tok-${who}` },
-      body: body === undefined ? undefined : JSON.stringify(body),
-    });
-    return { status: res.status, text: await res.text() };
-  };
-  const hanging = new Set<() => void>();
-  const stuck = Deno.serve(
-    { hostname: "127.0.0.1", port: 0, onListen() {} },
-    () =>
-      new Promise<Response>((resolve) => {
-        hanging.add(() => resolve(new Response("late")));
-      }),
-  );
-  let arrived = 0;
-  const fast = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, () => {
-    arrived = performance.now();
-    return new Response("ok");
-  });
-  worker.start();
-  try {
-    const openPull = async (who: string) => {
-      const call = as(who);
-      await call("POST", `/repos/${who}/app/git/refs`, {
-        ref: "refs/heads/x",
-        sha: "1".repeat(40),
-      });
-      assert.equal(
-        (await call("POST", `/repos/${who}/app/pulls`, { title: "x", head: "x", base: "main" }))
-          .status,
-        201,
-      );
-    };
-    for (
-      const [who, port, hooks] of [["mallory", stuck.addr.port, 18], [
-        "alice",
-        fast.addr.port,
-        1,
-      ]] as const
-    ) {
-      const call = as(who);
-      assert.equal((await call("POST", "/user/repos", { name: "app" })).status, 201);
-      for (let i = 0; i < hooks; i++) {
-        const h = await call("POST", `/repos/${who}/app/hooks`, {
-          config: { url: `http://127.0.0.1:${port}/h${i}`, content_type: "json" },
-          events: ["pull_request"],
-        });
-        assert.equal(h.status, 201, h.text);
-      }
-    }
-    await openPull("mallory"); // 18 deliveries to a receiver that never answers
-    await new Promise((r) => setTimeout(r, 200));
-    const started = performance.now();
-    await openPull("alice");
-    for (let i = 0; i < 100 && arrived === 0; i++) await new Promise((r) => setTimeout(r, 20));
-    assert.ok(arrived > 0, "alice's delivery went out");
-    // Before: mallory's 18 took all 16 senders, and alice's waited out their 4 s timeout.
-    assert.ok(
-      arrived - started < 1500,
-      `alice's delivery took ${Math.round(arrived - started)} ms`,
-    );
-  } finally {
-    for (const release of hanging) release();
-    await worker.stop();
-    await stuck.shutdown();
-    await fast.shutdown();
-    await store.close();
-    await Deno.remove(dir, { recursive: true });
-  }
-});
-Deno.test("a worker with every sender busy and a delivery due waits for a send to end instead of spinning", async () => {
-  const dir = await Deno.makeTempDir({ prefix: "review-busy-" });
-  const store = openSqliteStore(join(dir, "s.db"));
-  let reads = 0;
-  const nextDueAt = store.nextDueAt.bind(store);
-  store.nextDueAt = (...a: Parameters<typeof nextDueAt>) => (reads++, nextDueAt(...a));
-  const users = ["u1", "u2", "u3", "u4", "u5", "u6"];
+  options.instrument?.(store);
   for (const who of users) {
     await store.transaction(async () => {
       const u = await store.ensureUser(who);
@@ -435,7 +354,7 @@ Deno.test("a worker with every sender busy and a delivery due waits for a send t
   }
   const worker = new DeliveryWorker(store, {
     backoffMs: 60_000,
-    timeoutMs: 8000,
+    timeoutMs: options.timeoutMs,
     allowPrivateTargets: true,
   });
   const app = createApp({ store, notify: () => worker.wake(), allowPrivateHookTargets: true });
@@ -452,20 +371,24 @@ Deno.test("a worker with every sender busy and a delivery due waits for a send t
     { hostname: "127.0.0.1", port: 0, onListen() {} },
     () => new Promise<Response>((resolve) => hanging.add(() => resolve(new Response("late")))),
   );
+  for (const who of users) {
+    assert.equal((await as(who)("POST", "/user/repos", { name: "app" })).status, 201);
+  }
   worker.start();
-  try {
-    for (const who of users) {
-      const call = as(who);
-      assert.equal((await call("POST", "/user/repos", { name: "app" })).status, 201);
-      for (let i = 0; i < (who === "u6" ? 1 : 4); i++) {
-        const h = await call("POST", `/repos/${who}/app/hooks`, {
-          config: { url: `http://127.0.0.1:${stuck.addr.port}/h${i}`, content_type: "json" },
+  return {
+    stuckPort: stuck.addr.port,
+    /** Adds `n` hooks on `who`'s repository, sending `pull_request` events to `port`. */
+    async hooks(who: string, port: number, n: number) {
+      for (let i = 0; i < n; i++) {
+        const h = await as(who)("POST", `/repos/${who}/app/hooks`, {
+          config: { url: `http://127.0.0.1:${port}/h${i}`, content_type: "json" },
           events: ["pull_request"],
         });
         assert.equal(h.status, 201, h.text);
       }
-    }
-    for (const who of users) {
+    },
+    /** Opens a pull request on `who`'s repository: one event for each of its hooks. */
+    async openPull(who: string) {
       const call = as(who);
       await call("POST", `/repos/${who}/app/git/refs`, {
         ref: "refs/heads/x",
@@ -476,17 +399,63 @@ Deno.test("a worker with every sender busy and a delivery due waits for a send t
           .status,
         201,
       );
-    }
+    },
+    async close() {
+      for (const release of hanging) release();
+      await worker.stop();
+      await stuck.shutdown();
+      await store.close();
+      await Deno.remove(dir, { recursive: true });
+    },
+  };
+}
+
+Deno.test("one account's hooks that never answer take at most its share of the senders: another account's delivery goes out at once", async () => {
+  const t = await accounts(["alice", "mallory"], { timeoutMs: 4000 });
+  let arrived = 0;
+  const fast = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, () => {
+    arrived = performance.now();
+    return new Response("ok");
+  });
+  try {
+    await t.hooks("mallory", t.stuckPort, 18);
+    await t.hooks("alice", fast.addr.port, 1);
+    await t.openPull("mallory"); // 18 deliveries to a receiver that never answers
+    await new Promise((r) => setTimeout(r, 200));
+    const started = performance.now();
+    await t.openPull("alice");
+    for (let i = 0; i < 100 && arrived === 0; i++) await new Promise((r) => setTimeout(r, 20));
+    assert.ok(arrived > 0, "alice's delivery went out");
+    // Before: mallory's 18 took all 16 senders, and alice's waited out their 4 s timeout.
+    assert.ok(
+      arrived - started < 1500,
+      `alice's delivery took ${Math.round(arrived - started)} ms`,
+    );
+  } finally {
+    await t.close();
+    await fast.shutdown();
+  }
+});
+
+Deno.test("a worker with every sender busy and a delivery due waits for a send to end instead of spinning", async () => {
+  let reads = 0;
+  const users = ["u1", "u2", "u3", "u4", "u5", "u6"];
+  const t = await accounts(users, {
+    timeoutMs: 8000,
+    instrument(store) {
+      const nextDueAt = store.nextDueAt.bind(store);
+      store.nextDueAt = (...a: Parameters<typeof nextDueAt>) => (reads++, nextDueAt(...a));
+    },
+  });
+  try {
+    for (const who of users) await t.hooks(who, t.stuckPort, who === "u6" ? 1 : 4);
+    for (const who of users) await t.openPull(who);
     await new Promise((r) => setTimeout(r, 500));
     const before = reads;
     await new Promise((r) => setTimeout(r, 1000));
     const perSecond = reads - before;
     assert.ok(perSecond < 20, `the worker spins: ${perSecond} database reads a second`);
   } finally {
-    for (const release of hanging) release();
-    await worker.stop();
-    await stuck.shutdown();
-    await store.close();
-    await Deno.remove(dir, { recursive: true });
+    await t.close();
   }
 });
