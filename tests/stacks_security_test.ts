@@ -321,7 +321,7 @@ Deno.test("text in a request cannot forge or colour a line of the server's log",
   const log = t.server.stderr();
   assert.match(
     log,
-    /DELETE \/repos\/alice\/app\/git\/refs\/heads\/x\\u001b\[1A\\u001b\[2K\\u0085forgekit/,
+    /DELETE \/repos\/alice\/app\/git\/refs\/heads\/x\\x1b\[1A\\x1b\[2K\\x85forgekit/,
   );
   assert.ok(
     !log.includes("\x1b") && !log.includes("\x85"),

@@ -29,6 +29,8 @@ export interface AuthFetchOptions {
   config?: AuthConfig | null;
   /** Receives one line per attempt / redirect (tokens masked), for `-v`. */
   verbose?: (line: string) => void;
+  /** Receives what was tried, as data (never a token), for callers that explain a failure. */
+  onEvent?: (event: AuthEvent) => void;
   /** A Deno HTTP client (custom CA or proxy); default Deno's, which honours HTTPS_PROXY and DENO_CERT. */
   client?: Deno.HttpClient;
   /** Resolve release-download URLs through the API (default true). */
@@ -36,6 +38,16 @@ export interface AuthFetchOptions {
   /** Follow redirects (default true); false returns a 3xx as the answer (webhook deliveries). */
   followRedirects?: boolean;
 }
+
+/**
+ * What {@linkcode authFetch} did for a request, in order: auth.json's
+ * entries set aside, entries without a token, and each request sent with the
+ * entry whose token it carried (null: none) and the status it got.
+ */
+export type AuthEvent =
+  | { kind: "not-used"; host: string; reason: string }
+  | { kind: "skipped"; entry: string; reason: string }
+  | { kind: "answered"; attempt: number; entry: string | null; status: number; statusText: string };
 
 /** At most this many redirects are followed. */
 export const MAX_REDIRECTS = 10;
@@ -407,10 +419,11 @@ function route(
   const notUsed = entriesNotUsedReason(url);
   const plan = notUsed === null ? hostPlan(config, url.hostname) : NO_PLAN;
   if (
-    notUsed !== null && !hasUserinfo(url) && options.verbose &&
+    notUsed !== null && !hasUserinfo(url) && (options.verbose || options.onEvent) &&
     hostPlan(config, url.hostname).entries.length > 0
   ) {
-    options.verbose(`* auth.json's entries for ${url.hostname} not used: ${notUsed}`);
+    options.verbose?.(`* auth.json's entries for ${url.hostname} not used: ${notUsed}`);
+    options.onEvent?.({ kind: "not-used", host: url.hostname, reason: notUsed });
   }
   // With the caller's own Authorization header the URL is fetched as given: that header
   // goes to this host only, and auth.json's tokens are not used instead.
@@ -471,7 +484,7 @@ function tryEntries(
     }
     const got = staticToken(entry);
     if (got.token !== null) return tryToken(url, req, entries, i, attempt, got, options);
-    log?.(`* skipped ${describe(entry)}: ${got.reason}`);
+    skipped(entry, got.reason, options);
   }
   attempt++;
   log?.(`* attempt ${attempt}: unauthenticated: ${req.method} ${redactUrl(url)}`);
@@ -480,8 +493,29 @@ function tryEntries(
     req,
     null,
     options,
-    log && ((res) => (log(`* attempt ${attempt}: ${res.status} ${res.statusText}`), res)),
+    (log || options.onEvent) && ((res) => (answered(attempt, null, res, options), res)),
   );
+}
+
+function skipped(entry: AuthEntry, reason: string, options: AuthFetchOptions): void {
+  options.verbose?.(`* skipped ${describe(entry)}: ${reason}`);
+  options.onEvent?.({ kind: "skipped", entry: describe(entry), reason });
+}
+
+function answered(
+  attempt: number,
+  entry: AuthEntry | null,
+  res: Response,
+  options: AuthFetchOptions,
+): void {
+  options.verbose?.(`* attempt ${attempt}: ${res.status} ${res.statusText}`);
+  options.onEvent?.({
+    kind: "answered",
+    attempt,
+    entry: entry && describe(entry),
+    status: res.status,
+    statusText: res.statusText,
+  });
 }
 
 /** One attempt with `entries[i]`'s token; a 401 or 403 moves on to the next entry. */
@@ -497,7 +531,7 @@ function tryToken(
   const log = options.verbose;
   const entry = entries[i];
   if (got.token === null) {
-    log?.(`* skipped ${describe(entry)}: ${got.reason}`);
+    skipped(entry, got.reason, options);
     return tryEntries(url, req, entries, i + 1, attempt, options);
   }
   attempt++;
@@ -511,7 +545,7 @@ function tryToken(
     covers: (h: string) => entryCovers(entry, h),
   };
   return send(url, req, cred, options, (res) => {
-    log?.(`* attempt ${attempt}: ${res.status} ${res.statusText}`);
+    answered(attempt, entry, res, options);
     if (res.status !== 401 && res.status !== 403) return res;
     const next = () => tryEntries(url, req, entries, i + 1, attempt, options);
     return res.body ? res.body.cancel().then(next) : next();

@@ -5,7 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { authFetch } from "./fetch.ts";
+import { type AuthEvent, authFetch } from "./fetch.ts";
 import { parseAuthConfig } from "./config.ts";
 import { fileBody } from "./file_body.ts";
 
@@ -91,6 +91,37 @@ Deno.test("a changed token variable is used within half a second", async () => {
     assert.equal(await (await authFetch(`${base}/b`, {}, { config })).text(), "none");
   } finally {
     Deno.env.delete("FETCH_TEST_TOKEN");
+    await server.shutdown();
+  }
+});
+
+Deno.test("onEvent reports each refused token, each entry without one and the last answer, as data", async () => {
+  const { server, base } = startServer();
+  Deno.env.delete("FETCH_TEST_TOKEN");
+  try {
+    const events: AuthEvent[] = [];
+    const res = await authFetch(`${base}/e`, {}, {
+      config: makeConfig(),
+      onEvent: (e) => events.push(e),
+    });
+    assert.equal(await res.text(), "none");
+    assert.deepEqual(events, [
+      {
+        kind: "answered",
+        attempt: 1,
+        entry: "providers[0] (codehost bearer)",
+        status: 401,
+        statusText: "Unauthorized",
+      },
+      {
+        kind: "skipped",
+        entry: "providers[1] (codehost bearer)",
+        reason: "$FETCH_TEST_TOKEN is not set",
+      },
+      { kind: "answered", attempt: 2, entry: null, status: 200, statusText: "OK" },
+    ]);
+    assert.ok(!JSON.stringify(events).includes("refused"), "no token in the events");
+  } finally {
     await server.shutdown();
   }
 });

@@ -14,7 +14,7 @@ import type { Command } from "../cli/mod.ts";
 import { runAuth } from "./cmd_auth.ts";
 import { runFetch } from "./cmd_fetch.ts";
 
-export { authFetch, type AuthFetchOptions, matchingEntries } from "./fetch.ts";
+export { type AuthEvent, authFetch, type AuthFetchOptions, matchingEntries } from "./fetch.ts";
 export { type AuthConfig, type AuthEntry, parseAuthConfig } from "./config.ts";
 export { authFilePath, loadAuthConfig } from "./config_file.ts";
 export { parseUrlArgument, redactUrlText } from "./redact.ts";

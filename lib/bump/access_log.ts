@@ -1,22 +1,6 @@
 /** The access log: one JSON line per connection or request. */
 import { domainProblem } from "./host_validation.ts";
-
-/** C0 and C1 controls and DEL: what a terminal could take as a command. */
-// deno-lint-ignore no-control-regex
-const CONTROLS = /[\x00-\x1f\x7f-\x9f]/g;
-
-/**
- * A value the workload chose (a method, a host), made safe for a terminal:
- * each control character written as `\xNN`.
- *
- * @example
- * ```ts
- * printable("GE\x1b[2JT"); // "GE\\x1b[2JT"
- * ```
- */
-export function printable(text: string): string {
-  return text.replace(CONTROLS, (c) => `\\x${c.charCodeAt(0).toString(16).padStart(2, "0")}`);
-}
+import { printable, printableJson } from "../cli/output.ts";
 
 /**
  * One JSON line. JSON escapes C0 controls; C1 controls (which a method
@@ -24,10 +8,7 @@ export function printable(text: string): string {
  * a terminal.
  */
 function jsonLine(entry: AccessLogEntry): string {
-  return JSON.stringify(entry).replace(
-    /[\x7f-\x9f]/g,
-    (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`,
-  );
+  return printableJson(JSON.stringify(entry));
 }
 
 /** One line of the access log. */

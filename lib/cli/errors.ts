@@ -1,3 +1,5 @@
+import { printable } from "./output.ts";
+
 /**
  * Errors meant for people: a one-line message, an optional hint, an exit code.
  *
@@ -60,7 +62,9 @@ export function maskSecret(secret: string): string {
 
 /**
  * Formats an error as the single line forgekit prints on stderr:
- * `error: <what>[: <cause>…] (<hint>)`.
+ * `error: <what>[: <cause>…] (<hint>)`. Line breaks become spaces, and any
+ * other control character (which a server's message may hold) is escaped,
+ * so the line is shown as it is and stays one line.
  */
 export function formatError(err: unknown): string {
   const parts: string[] = [];
@@ -81,8 +85,8 @@ export function formatError(err: unknown): string {
       break;
     }
   }
-  const line = parts.join(": ").replace(/\s*\n\s*/g, " ");
-  return `error: ${line || "unknown error"}${hint ? ` (${hint})` : ""}`;
+  const line = `error: ${parts.join(": ") || "unknown error"}${hint ? ` (${hint})` : ""}`;
+  return printable(line.replace(/\s*\n\s*/g, " "));
 }
 
 /** The exit code an error maps to. */

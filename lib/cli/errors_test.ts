@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { CliError, exitCodeOf, formatError, maskSecret, usageError } from "./errors.ts";
+import { printable } from "./output.ts";
 
 Deno.test("formatError() prints one line: what, causes, then the hint", () => {
   const cases: [unknown, string][] = [
@@ -29,6 +30,11 @@ Deno.test("formatError() prints one line: what, causes, then the hint", () => {
       "error: Unknown option '--x' (run: forgekit fetch --help)",
     ],
     ["plain", "error: plain"],
+    [
+      new CliError("Bad\x1b[2J\rthing\u009b31m", { hint: "y\u202ez\r\nnext" }),
+      "error: Bad\\x1b[2J\\x0dthing\\x9b31m (y\\u202ez next)",
+    ],
+    [new Error("ünïcode 日本 ✓\tcolumn"), "error: ünïcode 日本 ✓\\x09column"],
   ];
   for (const [err, want] of cases) assert.equal(formatError(err), want);
 });
@@ -42,4 +48,15 @@ Deno.test("exitCodeOf() is 2 for usage errors and 1 otherwise", () => {
 Deno.test("maskSecret() never shows more than four characters", () => {
   assert.equal(maskSecret("ghp_abcdefghijklmnop"), "ghp_****");
   assert.equal(maskSecret("short"), "****");
+});
+
+Deno.test("printable() escapes what a terminal would obey and keeps all other text", () => {
+  const cases: [string, string][] = [
+    ["plain ünïcode 日本 ✓", "plain ünïcode 日本 ✓"],
+    ["\x1b]0;title\x07", "\\x1b]0;title\\x07"],
+    ["a\rb\nc\x7f\x85\x9b", "a\\x0db\\x0ac\\x7f\\x85\\x9b"],
+    ["l\u2028p\u2029", "l\\u2028p\\u2029"],
+    ["\u202aab\u202e\u2066\u2069", "\\u202aab\\u202e\\u2066\\u2069"],
+  ];
+  for (const [text, want] of cases) assert.equal(printable(text), want, JSON.stringify(text));
 });

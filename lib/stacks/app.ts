@@ -15,6 +15,7 @@ import { type CachedResponse, ResponseCache, type ResponseCacheOptions } from ".
 import { stackRoutes } from "./routes_stacks.ts";
 import type { Store } from "./store.ts";
 import { StoreError } from "./store_error.ts";
+import { printable } from "../cli/output.ts";
 
 /** API versions accepted in `X-GitHub-Api-Version`. */
 export const API_VERSIONS = ["2022-11-28", "2026-03-10"];
@@ -75,18 +76,6 @@ function cachedResponse(
     return new Response(null, { status: 304, headers });
   }
   return new Response(hit.body, { status: 200, headers });
-}
-
-/**
- * Text from a request, fit for one log line: control characters (a newline
- * could forge a line of its own, an escape sequence rewrite the terminal)
- * are written as `\uXXXX`.
- */
-function logSafe(text: string): string {
-  return text.replace(
-    /[\p{Cc}\u2028\u2029]/gu,
-    (ch) => `\\u${ch.charCodeAt(0).toString(16).padStart(4, "0")}`,
-  );
 }
 
 /** The SHA-256 hex of a token, as tokens are stored. */
@@ -189,7 +178,7 @@ export function createApp(options: AppOptions): Hono<Env> {
           ? ` (${root.message})`
           : "";
       console.error(
-        logSafe(`forgekit stacks: ${c.req.method} ${c.req.path}: ${err.message}${why}`),
+        printable(`forgekit stacks: ${c.req.method} ${c.req.path}: ${err.message}${why}`),
       );
       err = storeApiError(err);
     }
@@ -201,7 +190,7 @@ export function createApp(options: AppOptions): Hono<Env> {
     }
     // The stack's own newlines stay; the request's text cannot add lines.
     console.error(
-      `forgekit stacks: internal error on ${logSafe(`${c.req.method} ${c.req.path}`)}: ${
+      `forgekit stacks: internal error on ${printable(`${c.req.method} ${c.req.path}`)}: ${
         err.stack ?? err
       }`,
     );

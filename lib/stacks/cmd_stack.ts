@@ -1,5 +1,5 @@
 /** `forgekit stack`: the Stacks API client, through lib/auth's fetch wrapper. */
-import { authFetch, parseUrlArgument, redactUrlText } from "../auth/mod.ts";
+import { type AuthEvent, authFetch, parseUrlArgument, redactUrlText } from "../auth/mod.ts";
 import {
   bold,
   CliError,
@@ -7,6 +7,7 @@ import {
   dim,
   dispatchSubcommand,
   parseCommandArgs,
+  printable,
   printJson,
   usageError,
   wantsHelp,
@@ -31,7 +32,8 @@ Options:
   --auth-file PATH    Credentials file (default ~/.forgekit/auth.json); the codehost
                       entry for the API host authenticates
   --timeout SECS      Give up on a request not answered within SECS (default 60)
-  --json              Print the API's JSON
+  --json              Print the API's JSON (view adds each pull request's title;
+                      unstack prints null for a dissolved stack)
   -h, --help          Show help
 
 Examples:
@@ -63,19 +65,11 @@ interface StackJson {
   }[];
 }
 
-/** What to do about an API error status, after the server's own message. */
-function statusAdvice(status: number, url: string): string {
-  if (status === 401 || status === 403) {
-    return `; check the token: the codehost entry for ${
-      new URL(url).hostname
-    } in auth.json (run: forgekit auth explain ${url})`;
-  }
-  if (status === 404) {
-    return "; check --repo and the number, and that the repository allows stacked pull requests";
-  }
-  if (status >= 500) return "; the server failed: try again, or check its logs";
-  return "";
-}
+/** The most a response may hold: far more than any API answer (a page of 100 stacks). */
+const MAX_RESPONSE_BYTES = 64 * 1024 * 1024;
+
+/** How many pull requests `view` asks for at once: GitHub asks for no concurrency at all. */
+const TITLE_REQUESTS_AT_ONCE = 8;
 
 const NOT_AN_API =
   "check --api-url: it must be the API base, e.g. https://api.github.com or https://HOST/api/v3";
@@ -86,10 +80,111 @@ interface Reply {
   headers: Headers;
 }
 
+/**
+ * What authFetch tried for one request (its `onEvent` reports). A token the
+ * server refuses (401/403) is followed by a request without one, whose
+ * answer is all the caller gets; these say what came before it.
+ */
+class Attempts {
+  /** Each refused token's entry and status: `providers[0] (codehost bearer) got 401 Unauthorized`. */
+  readonly refused: string[] = [];
+  /** Each matching entry that had no token to send, and why. */
+  readonly skipped: string[] = [];
+  /** Why auth.json's matching entries were not used at all (plain http:// beyond loopback). */
+  notUsed: string | null = null;
+  /** Whether the last request went without a token. */
+  unauthenticated = false;
+
+  readonly add = (event: AuthEvent): void => {
+    if (event.kind === "not-used") this.notUsed = event.reason;
+    else if (event.kind === "skipped") {
+      this.skipped.push(`${event.entry} has no token: ${event.reason}`);
+    } else {
+      this.unauthenticated = event.entry === null;
+      if (event.entry !== null && (event.status === 401 || event.status === 403)) {
+        this.refused.push(`${event.entry} got ${event.status} ${event.statusText}`);
+      }
+    }
+  };
+
+  /** Why no token went with the request, as the end of a sentence. */
+  whyNoToken(host: string): string {
+    if (this.notUsed !== null) {
+      return `auth.json's entries for ${host} are not used: ${this.notUsed}`;
+    }
+    if (this.skipped.length) return this.skipped.join("; ");
+    return `auth.json has no entry for ${host}`;
+  }
+}
+
+/** When a rate-limited answer says to try again, or null when it is no rate limit. */
+function rateLimitRetry(res: Response): string | null {
+  if (res.status !== 403 && res.status !== 429) return null;
+  const retryAfter = res.headers.get("retry-after")?.trim();
+  const remaining = res.headers.get("x-ratelimit-remaining")?.trim();
+  if (retryAfter === undefined && remaining !== "0") return null;
+  if (retryAfter !== undefined && /^\d+$/.test(retryAfter)) return `in ${Number(retryAfter)} s`;
+  const reset = res.headers.get("x-ratelimit-reset")?.trim();
+  if (reset !== undefined && /^\d{1,12}$/.test(reset)) {
+    return `after ${new Date(Number(reset) * 1000).toISOString().replace(/\.\d+Z$/, "Z")}`;
+  }
+  return "later";
+}
+
+/**
+ * Reads a response's body as text, at most {@linkcode MAX_RESPONSE_BYTES}:
+ * a server that sends without end is stopped, not held in memory.
+ */
+async function readBody(res: Response, what: string): Promise<string> {
+  const tooLarge = () =>
+    new CliError(`${what} returned more than ${MAX_RESPONSE_BYTES >> 20} MiB`, {
+      hint: NOT_AN_API,
+    });
+  if (Number(res.headers.get("content-length")) > MAX_RESPONSE_BYTES) {
+    await res.body?.cancel();
+    throw tooLarge();
+  }
+  if (res.body === null) return "";
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for await (const chunk of res.body) { // leaving the loop early cancels the body
+    size += chunk.length;
+    if (size > MAX_RESPONSE_BYTES) throw tooLarge();
+    chunks.push(chunk);
+  }
+  const all = new Uint8Array(size);
+  let at = 0;
+  for (const c of chunks) {
+    all.set(c, at);
+    at += c.length;
+  }
+  return new TextDecoder().decode(all);
+}
+
+/** Calls `fn` on each item, at most `limit` at a time; stops starting new calls after a failure. */
+async function mapAtMost<T, R>(items: T[], limit: number, fn: (item: T) => Promise<R>) {
+  const out: R[] = new Array(items.length);
+  let next = 0;
+  let failed = false;
+  const worker = async () => {
+    while (!failed && next < items.length) {
+      const i = next++;
+      try {
+        out[i] = await fn(items[i]);
+      } catch (err) {
+        failed = true;
+        throw err;
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
+  return out;
+}
+
 class Client {
   constructor(
     readonly base: string,
-    private options: { authFile?: string; timeoutMs: number },
+    private options: { authFile?: string; timeoutMs: number; repo: string },
   ) {}
 
   /** The URL of `target`: a path under the API base, or already a full URL (a next page). */
@@ -101,6 +196,7 @@ class Client {
     const url = this.url(target);
     const path = url.startsWith(this.base) ? url.slice(this.base.length) : url;
     const signal = AbortSignal.timeout(this.options.timeoutMs);
+    const attempts = new Attempts();
     let res: Response;
     let text: string;
     try {
@@ -113,8 +209,8 @@ class Client {
         },
         body: body !== undefined ? JSON.stringify(body) : undefined,
         signal,
-      }, { authFile: this.options.authFile });
-      text = await res.text();
+      }, { authFile: this.options.authFile, onEvent: attempts.add });
+      text = await readBody(res, `${method} ${url}`);
     } catch (err) {
       if (signal.aborted) {
         const secs = this.options.timeoutMs / 1000;
@@ -137,22 +233,73 @@ class Client {
     try {
       json = JSON.parse(text);
     } catch { /* not JSON */ }
-    if (!res.ok) {
-      const j = json as { message?: unknown; errors?: unknown } | null | undefined;
-      const details = errorDetails(j?.errors);
-      const msg = typeof j?.message === "string" && j.message
-        ? `${j.message}${details ? `: ${details}` : ""}`
-        : `${res.status} ${res.statusText}`;
-      throw new CliError(msg, {
-        hint: `${method} ${url} returned ${res.status}${statusAdvice(res.status, url)}`,
-      });
-    }
+    if (!res.ok) throw this.failure(method, url, res, json, attempts);
     if (json === undefined) {
       throw new CliError(`${method} ${url} returned ${res.status} with a body that is not JSON`, {
         hint: NOT_AN_API,
       });
     }
     return { json, headers: res.headers };
+  }
+
+  /**
+   * The error for an API error status: the server's message, and what to
+   * check. A token the server refused is named: the answer shown is then to
+   * the request authFetch made without one, which alone would mislead (a
+   * private repository's 404, a write's "Requires authentication").
+   */
+  failure(method: string, url: string, res: Response, json: unknown, attempts: Attempts) {
+    const status = `${res.status} ${res.statusText}`.trim();
+    if (!isObject(json) && res.status < 500) {
+      return new CliError(
+        `${method} ${url} returned ${status} with a body that is not the API's JSON`,
+        { hint: NOT_AN_API },
+      );
+    }
+    const j = isObject(json) ? json : {};
+    const details = errorDetails(j.errors);
+    const message = typeof j.message === "string" && j.message.trim()
+      ? `${j.message.trim()}${details ? `: ${details}` : ""}`
+      : status;
+    const host = new URL(url).hostname;
+    const explain = `run: forgekit auth explain ${url}`;
+    const retry = rateLimitRetry(res);
+    if (retry !== null) {
+      return new CliError(message, {
+        hint: `${method} ${url} returned ${res.status}; rate limited: try again ${retry}`,
+      });
+    }
+    if (attempts.unauthenticated && attempts.refused.length && res.status < 500) {
+      return new CliError(
+        `auth.json's token for ${host} was refused: ${
+          attempts.refused.join(", ")
+        }; without it: ${message}`,
+        {
+          hint: `${method} ${url} returned ${res.status} without a token; check the token: ` +
+            `it may have expired, or lack access to ${this.options.repo}; ${explain}`,
+        },
+      );
+    }
+    const where = `${method} ${url} returned ${res.status}`;
+    let advice = "";
+    if (res.status === 401 || res.status === 403) {
+      advice = attempts.unauthenticated
+        ? `; check the token: none was sent, as ${attempts.whyNoToken(host)}; ${explain}`
+        : `; check the token: the codehost entry for ${host} in auth.json; ${explain}`;
+    } else if (res.status === 404) {
+      const numbered = /\/(stacks|pulls)\/\d+(\/|$)/.test(new URL(url).pathname);
+      advice = `; check --repo${
+        numbered ? " and the number" : ""
+      }, and that the repository allows stacked pull requests`;
+      if (attempts.unauthenticated) {
+        advice += `; a private repository is 404 without a token, and none was sent: ${
+          attempts.whyNoToken(host)
+        }`;
+      }
+    } else if (res.status >= 500) {
+      advice = "; the server failed: try again, or check its logs";
+    }
+    return new CliError(message, { hint: `${where}${advice}` });
   }
 
   /** A call whose answer must pass `check`, else a clear error naming what was expected. */
@@ -239,23 +386,32 @@ function setup(command: string, args: string[], extra: Record<string, { type: "s
   if (parsed.protocol !== "https:" && parsed.protocol !== "http:") {
     throw usageError(`${option} must be an https:// or http:// URL (got: ${apiUrl})`, example);
   }
+  if (/[?#]/.test(parsed.href)) {
+    // Paths are appended to the base: a query or fragment would swallow them.
+    throw usageError(
+      `${option} must not have a query or fragment (got: ${JSON.stringify(apiUrl)})`,
+      example,
+    );
+  }
   const timeout = values.timeout as string | undefined;
   const seconds = timeout === undefined ? DEFAULT_TIMEOUT_SECONDS : Number(timeout);
   if (
     timeout !== undefined &&
-    (!/^\d+(\.\d+)?$/.test(timeout) || !(seconds > 0) || seconds > 86_400)
+    (!/^\d+(\.\d+)?$/.test(timeout) || !(seconds >= 0.001) || seconds > 86_400)
   ) {
+    // Below a millisecond, every request would time out at once ("within 0 s").
     throw usageError(
-      `--timeout must be a number of seconds above 0, at most 86400 (got: ${timeout})`,
+      `--timeout must be a number of seconds from 0.001 to 86400 (got: ${timeout})`,
       `e.g. --timeout ${DEFAULT_TIMEOUT_SECONDS}`,
     );
   }
   return {
     values,
     positionals,
-    client: new Client(apiUrl, {
+    client: new Client(`${parsed.origin}${parsed.pathname.replace(/\/+$/, "")}`, {
       authFile: values["auth-file"] as string | undefined,
       timeoutMs: Math.round(seconds * 1000),
+      repo,
     }),
     repoPath: `/repos/${repo}`,
     json: values.json === true,
@@ -284,11 +440,13 @@ function noArguments(command: string, positionals: string[]): void {
   }
 }
 
+/** One line for a stack; the server's text (the base branch) is made {@linkcode printable}. */
 function summary(s: StackJson): string {
   const prs = s.pull_requests.map((p) => `#${p.number}`).join(" ");
-  return `#${s.number}  ${
-    s.open ? "open  " : "closed"
-  }  on ${s.base.ref}  ${s.pull_requests.length} PRs: ${prs}`;
+  const n = s.pull_requests.length;
+  return `#${s.number}  ${s.open ? "open  " : "closed"}  on ${printable(s.base.ref)}  ${n} PR${
+    n === 1 ? "" : "s"
+  }: ${prs}`;
 }
 
 function stateOf(p: { state: string; draft: boolean; merged_at: string | null }): string {
@@ -366,13 +524,14 @@ async function view(args: string[]): Promise<number> {
     method: "GET",
     path: `${repoPath}/stacks/${n}`,
   });
-  const titles = await Promise.all(
-    s.pull_requests.map(async (p) =>
+  const titles = await mapAtMost(
+    s.pull_requests,
+    TITLE_REQUESTS_AT_ONCE,
+    async (p) =>
       (await client.expect("a pull request", isPull, {
         method: "GET",
         path: `${repoPath}/pulls/${p.number}`,
-      })).title
-    ),
+      })).title,
   );
   if (json) {
     printJson({ ...s, pull_requests: s.pull_requests.map((p, i) => ({ ...p, title: titles[i] })) });
@@ -383,12 +542,12 @@ async function view(args: string[]): Promise<number> {
     `${bold(`stack #${s.number}`, on)} ${
       s.open ? "open" : "closed"
     }, ${s.pull_requests.length} pull request${s.pull_requests.length === 1 ? "" : "s"}`,
-    s.base.ref,
+    printable(s.base.ref),
   ];
   s.pull_requests.forEach((p, i) => {
     lines.push(
-      `${"   ".repeat(i)}└─ #${p.number} [${stateOf(p)}] ${titles[i]} ${
-        dim(`(${p.head.ref})`, on)
+      `${"   ".repeat(i)}└─ #${p.number} [${printable(stateOf(p))}] ${printable(titles[i])} ${
+        dim(`(${printable(p.head.ref)})`, on)
       }`,
     );
   });
