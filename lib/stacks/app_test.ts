@@ -268,11 +268,18 @@ Deno.test("pull requests: create, validate, list with filters and Link paginatio
     assert.deepEqual(asc.json.map((p: { number: number }) => p.number), [2]);
     assert.equal((await t.call("GET", "/repos/alice/app/pulls?head=alice:b3")).json[0].number, 3);
     assert.equal((await t.call("GET", "/repos/alice/app/pulls?state=weird")).status, 422);
-    for (const q of ["page=0", "page=1.5", "per_page=-1", "page=99999999999999999999"]) {
+    for (const q of ["page=1.5", "per_page=-1", "page=99999999999999999999"]) {
       const r = await t.call("GET", `/repos/alice/app/pulls?${q}`);
       assert.equal(r.status, 422, q);
-      assert.match(r.json.errors[0].message, /must be a positive integer/, q);
+      assert.match(r.json.errors[0].message, /must be a whole number/, q);
     }
+    // As on GitHub: page 0 is the first page, per_page=0 the default size.
+    const zero = await t.call("GET", "/repos/alice/app/pulls?page=0&per_page=0");
+    assert.deepEqual([zero.status, zero.json.map((p: { number: number }) => p.number)], [
+      200,
+      [3, 2, 1],
+    ]);
+    assert.match(zero.headers.get("link") ?? "", /^$|per_page=30/);
     const beyond = await t.call("GET", "/repos/alice/app/pulls?page=9007199254740991&per_page=100");
     assert.deepEqual([beyond.status, beyond.json], [200, []]);
 

@@ -85,20 +85,24 @@ export async function jsonBody(
   return value as Record<string, unknown>;
 }
 
-/** `per_page` (default 30, max 100) and `page` (from 1) of a listing. */
+/**
+ * `per_page` (default 30, max 100) and `page` (from 1) of a listing. As on
+ * GitHub, `page=0` is the first page and `per_page=0` the default size.
+ */
 export function pageParams(c: Context<Env>): { perPage: number; page: number } {
   const num = (name: string, dflt: number) => {
     const raw = c.req.query(name);
     if (raw === undefined || raw === "") return dflt;
     // Decimal digits only: Number() would also take 1e3, 0x10 and " 7".
     const n = /^\d+$/.test(raw) ? Number(raw) : NaN;
-    if (!Number.isSafeInteger(n) || n < 1) {
+    if (n === 0) return dflt;
+    if (!Number.isSafeInteger(n)) {
       throw new ApiError(422, "Validation Failed", {
         errors: [{
           resource: "Search",
           field: name,
           code: "invalid",
-          message: `${name} must be a positive integer`,
+          message: `${name} must be a whole number`,
         }],
       });
     }
