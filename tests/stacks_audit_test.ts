@@ -346,7 +346,7 @@ Deno.test("bad input to the Stacks API gets 400, 404, 413 or 422 in GitHub's err
       ["GET", `${S}/%F0%9F%A7%B1`, undefined, 404, "Not Found"],
       ["GET", `${S}?pull_request=x`, undefined, 422, "Validation Failed"],
       ["GET", `${S}?per_page=-1`, undefined, 422, "Validation Failed"],
-      ["GET", `${S}?page=0`, undefined, 422, "Validation Failed"],
+      ["GET", `${S}?page=1.0`, undefined, 422, "Validation Failed"],
       ["GET", `${S}?page=1e3`, undefined, 422, "Validation Failed"],
       ["GET", `${S}?per_page=0x10`, undefined, 422, "Validation Failed"],
       ["GET", `${S}?per_page=%207`, undefined, 422, "Validation Failed"],
