@@ -3,7 +3,8 @@
  * Builds forgekit for release.
  *
  * - Always writes `dist/forgekit.js`, a single-file bundle (`deno bundle`)
- *   that runs with `deno run -A dist/forgekit.js` and as an executable script.
+ *   that runs with `deno run -A dist/forgekit.js` and as an executable script
+ *   (`deno run -A --no-config`, so no configuration file near it applies).
  * - Runs `deno compile` for each release target into `dist/`. `deno compile`
  *   needs Deno's `denort` runtime: it downloads it, or takes it from
  *   `DENORT_BIN`. Where it cannot, this says so in one line and exits 0,
@@ -27,7 +28,11 @@ export const TARGETS = [
 
 const ROOT = fileURLToPath(new URL(".", import.meta.url));
 const DIST = join(ROOT, "dist");
-const SHEBANG = "#!/usr/bin/env -S deno run -A\n";
+// --no-config: the bundle holds all of forgekit, and a deno.json or
+// package.json in the directories it is installed in must not change it
+// (a broken one would stop it; one with npm dependencies would have deno
+// install them there).
+const SHEBANG = "#!/usr/bin/env -S deno run -A --no-config\n";
 
 async function deno(args: string[]): Promise<{ ok: boolean; stderr: string }> {
   const out = await new Deno.Command(Deno.execPath(), {

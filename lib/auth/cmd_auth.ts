@@ -25,7 +25,7 @@ import {
 } from "./config_file.ts";
 import { hasUserinfo } from "./entry_use.ts";
 import { entriesForUrl } from "./fetch.ts";
-import { credentialEntries, gitUsername, parseCredentialInput } from "./git_credential.ts";
+import { credentialEntries, readCredentialInput } from "./git_credential.ts";
 import { resolveToken, staticToken, tokenSourceLabel } from "./token_source.ts";
 import { INIT_TEMPLATE } from "./init_template.ts";
 import { isLoopbackHost } from "./plain_http.ts";
@@ -76,16 +76,17 @@ Never overwrites an existing file. Keys starting with "//" are comments.`;
 
 const GIT_HELP = `forgekit auth git-credential: a git credential helper over auth.json
 
-Usage: forgekit auth git-credential get|store|erase
+Usage: forgekit auth git-credential [--auth-file PATH] get|store|erase
 
 Set it up with:
   git config --global credential.helper '!forgekit auth git-credential'
 
 git writes protocol=, host= lines on stdin; for "get" forgekit answers
 username= and password= from the first entry for that host whose token
-resolves. On repohost's web host (bitbucket.org) it answers the user name
-x-token-auth with the access token of a repohost bearer entry. "store" and
-"erase" do nothing: auth.json stays the only source.`;
+resolves, and nothing for a host auth.json does not cover (git then asks
+its next helper). On repohost's web host (bitbucket.org) it answers the user
+name x-token-auth with the access token of a repohost bearer entry. "store",
+"erase" and any other operation do nothing: auth.json stays the only source.`;
 
 async function doctor(args: string[]): Promise<number> {
   if (wantsHelp(args)) return help(DOCTOR_HELP);
@@ -289,13 +290,12 @@ async function gitCredential(args: string[]): Promise<number> {
   });
   const op = positionals[0];
   noArguments("git-credential", positionals.slice(1));
-  if (!["get", "store", "erase"].includes(op ?? "")) {
-    throw usageError(
-      `Unknown git-credential operation: ${op === undefined ? "(none)" : redactUrlText(op)}`,
-      "use get, store or erase",
-    );
+  if (op === undefined || op === "") {
+    throw usageError("Missing the git-credential operation", "use get, store or erase");
   }
-  const input = parseCredentialInput(await new Response(Deno.stdin.readable).text());
+  const input = await readCredentialInput(Deno.stdin.readable);
+  // store and erase do nothing (auth.json stays the only source), and the
+  // protocol asks a helper to ignore operations it does not know.
   if (op !== "get") return 0;
   const host = input.get("host");
   const protocol = input.get("protocol");
@@ -304,11 +304,10 @@ async function gitCredential(args: string[]): Promise<number> {
   if (protocol === "http" && !isLoopbackHost(host)) return 0;
   const config = await loadAuthConfig(values["auth-file"]);
   if (!config) return 0;
-  for (const e of credentialEntries(config, host)) {
-    const got = await resolveToken(e, (u, i) => fetch(u, i));
+  for (const { entry, username } of credentialEntries(config, host)) {
+    const got = await resolveToken(entry, (u, i) => fetch(u, i));
     if (got.token === null) continue;
-    const user = gitUsername(e, host.replace(/:\d+$/, "").toLowerCase())!;
-    console.log(`username=${user}\npassword=${got.token}\n`);
+    console.log(`username=${username}\npassword=${got.token}\n`);
     return 0;
   }
   return 0;

@@ -288,6 +288,15 @@ function parseEntry(raw: unknown, index: number, fail: Fail): AuthEntry {
       fail(`${at}.username`, `is only used with auth "basic"`, "remove it");
     }
     const username = str("username")!;
+    if (/\p{Cc}/u.test(username)) {
+      // Not quoted: what follows a line break is often a pasted token. A
+      // line break would also split git's credential answer (key=value lines).
+      fail(
+        `${at}.username`,
+        "contains a control character",
+        "a Basic username is one line of text, e.g. the account email",
+      );
+    }
     if (username.includes(":")) {
       // What follows the colon is often the token ("user:token").
       fail(

@@ -302,6 +302,14 @@ Deno.test("parseAuthConfig() never prints a secret the file holds", () => {
       entry({ provider: "repohost", auth: "basic", username: `me@example.com:ATATT${S}` }),
       'auth.json providers[1].username: "me@example.com:****" contains ":"',
     ],
+    [
+      entry({ provider: "repohost", auth: "basic", username: `me@example.com\nATATT${S}:x` }),
+      "auth.json providers[1].username: contains a control character",
+    ],
+    [
+      entry({ provider: "repohost", auth: "basic", username: `me@example.com\tATATT${S}` }),
+      "auth.json providers[1].username: contains a control character",
+    ],
   ];
   for (const [doc, want] of cases) {
     const got = errorOf(doc);

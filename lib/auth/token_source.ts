@@ -53,27 +53,41 @@ export function staticToken(entry: AuthEntry): TokenResult {
 }
 
 /**
- * Whether a token cannot travel in a header: a control character (such as a
- * line break) inside it, or a character beyond Latin-1. The runtime would
- * refuse the header, for a line break with an error that quotes it in full.
+ * A token as it is sent: without the spaces and tabs around it and the line
+ * breaks after it (a file read into a variable ends with one). A header's
+ * value would lose them anyway; a basic credential or git's password would
+ * not, and fail.
+ */
+function trimToken(token: string): string {
+  return token.replace(/^[\t ]+|[\t\n\r ]+$/g, "");
+}
+
+/**
+ * Whether a (trimmed) token cannot travel in a header: a control character
+ * (such as a line break) inside it, or a character beyond Latin-1. The
+ * runtime would refuse the header, for a line break with an error that
+ * quotes it in full; in git's answer the token would be a line of its own.
  */
 function unsendable(token: string): boolean {
-  return /[^\x20-\x7e\x80-\xff]/.test(token.replace(/^[\t\n\r ]+|[\t\n\r ]+$/g, ""));
+  return /[^\x20-\x7e\x80-\xff]/.test(token);
 }
 
 const UNSENDABLE = "holds a line break or another character a header cannot carry";
 
 function readStaticToken(entry: AuthEntry): TokenResult {
   if (entry.token_env) {
-    const v = Deno.env.get(entry.token_env);
-    if (v && unsendable(v)) return { token: null, reason: `$${entry.token_env} ${UNSENDABLE}` };
+    const raw = Deno.env.get(entry.token_env);
+    const v = raw === undefined ? "" : trimToken(raw);
+    if (unsendable(v)) return { token: null, reason: `$${entry.token_env} ${UNSENDABLE}` };
     if (v) return { token: v, source: `$${entry.token_env} ${maskSecret(v)}` };
-    if (!entry.token) return { token: null, reason: `$${entry.token_env} is not set` };
+    if (!entry.token) {
+      const why = raw === undefined || raw === "" ? "is not set" : "holds only white space";
+      return { token: null, reason: `$${entry.token_env} ${why}` };
+    }
   }
-  if (entry.token && unsendable(entry.token)) {
-    return { token: null, reason: `the inline token ${UNSENDABLE}` };
-  }
-  if (entry.token) return { token: entry.token, source: `inline token ${maskSecret(entry.token)}` };
+  const inline = trimToken(entry.token ?? "");
+  if (unsendable(inline)) return { token: null, reason: `the inline token ${UNSENDABLE}` };
+  if (inline) return { token: inline, source: `inline token ${maskSecret(inline)}` };
   return { token: null, reason: "no token" };
 }
 

@@ -56,16 +56,25 @@ export function proxyVars(port: number): Record<string, string> {
   };
 }
 
-/** The command line that runs this forgekit again (deno run, bundle, or compiled binary). */
+/**
+ * The command line that runs this forgekit again: a compiled binary is run
+ * as itself; otherwise the Deno executable (whatever it is called:
+ * `deno-2.9.6`, a version manager's copy) runs the main module. The bundle
+ * (`dist/forgekit.js`, one file holding all of forgekit) is run with
+ * `--no-config`, as its shebang runs it: a deno.json or package.json near
+ * where it is installed must not change it. main.ts is run with the
+ * deno.json and lockfile beside it, as in this run: without the lockfile the
+ * inner run would resolve version ranges again, which needs the registry,
+ * and the sandbox has no network.
+ */
 export function selfCommand(): string[] {
   const exe = Deno.execPath();
-  if (/^deno(\.exe)?$/.test(basename(exe)) && Deno.mainModule.startsWith("file:")) {
-    // The lockfile next to deno.json, as in this run: without it the inner run
-    // would resolve version ranges again, which needs the registry, and the
-    // sandbox has no network.
-    return [exe, "run", "-A", "--quiet", fileURLToPath(Deno.mainModule)];
-  }
-  return [exe];
+  if (Deno.build.standalone) return [exe];
+  const main = Deno.mainModule;
+  const script = main.startsWith("file:") ? fileURLToPath(main) : main;
+  // This module's code inside the main module itself: forgekit is one file.
+  const bundled = import.meta.url === main;
+  return [exe, "run", "-A", "--quiet", ...(bundled ? ["--no-config"] : []), script];
 }
 
 /** The signals forgekit passes on to COMMAND, and cleans up after. */
