@@ -259,3 +259,52 @@ Deno.test(
     await Deno.remove(dir, { recursive: true });
   },
 );
+
+Deno.test(
+  "--internal-sandbox run by hand, outside the sandbox's namespaces, is refused before it mounts anything",
+  needsNamespaces,
+  async () => {
+    assertNamespaces();
+    // In a mount namespace of the test's own, so that a forgekit that went
+    // ahead would cover only that namespace's /run, not the host's.
+    const session = await Deno.makeTempDir({ dir, prefix: "fw-by-hand-" });
+    const specPath = join(session, "sandbox.json");
+    await Deno.writeTextFile(
+      specPath,
+      JSON.stringify({
+        sessionDir: session,
+        socketPath: join(session, "proxy.sock"),
+        command: "true",
+        args: [],
+        env: {},
+        extraEnv: {},
+        bindFiles: [],
+        hideDirs: [],
+        uid: null,
+        gid: null,
+      }),
+    );
+    const out = await new Deno.Command("unshare", {
+      args: [
+        "--mount",
+        Deno.execPath(),
+        "run",
+        "-A",
+        MAIN_TS,
+        "firewall",
+        "--internal-sandbox",
+        specPath,
+      ],
+      env: baseEnv(),
+      clearEnv: true,
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    const stderr = dec.decode(out.stderr);
+    assert.equal(out.code, 2, stderr);
+    assert.equal(
+      stderr,
+      "error: --internal-sandbox runs only inside the sandbox forgekit firewall makes (run: forgekit firewall --allow-domains LIST -- COMMAND)\n",
+    );
+  },
+);

@@ -162,7 +162,8 @@ export async function runSandboxed(
   }
   const env = Object.fromEntries(Object.entries(spec.env).filter(([k]) => !isProxyVar(k)));
   const specPath = join(spec.sessionDir, "sandbox.json");
-  Deno.writeTextFileSync(specPath, JSON.stringify({ ...spec, env }), { mode: 0o600 });
+  const written = { ...spec, env, outside: mountNamespace() };
+  Deno.writeTextFileSync(specPath, JSON.stringify(written), { mode: 0o600 });
   const rootless = Deno.uid() !== 0;
   // A session of its own (setsid execs unshare in place: forgekit's child
   // is no process group leader): a Ctrl-C at the terminal reaches forgekit
@@ -388,12 +389,26 @@ function otherSessionDirs(own: string): string[] {
   }
 }
 
+/** The mount namespace this process is in (`mnt:[4026531841]`). */
+function mountNamespace(): string {
+  return Deno.readLinkSync("/proc/self/ns/mnt");
+}
+
 /**
  * The inner side, run by `forgekit firewall --internal-sandbox SPEC` inside the
  * new namespaces. Returns COMMAND's exit code.
  */
 export async function sandboxInit(specPath: string): Promise<number> {
-  const spec = JSON.parse(Deno.readTextFileSync(specPath)) as SandboxSpec;
+  const spec = JSON.parse(Deno.readTextFileSync(specPath)) as SandboxSpec & { outside?: string };
+  // Its mounts (tmpfs over /run, bind mounts over the trust store) are for
+  // the sandbox's own mount namespace: run by hand, on the host, they would
+  // cover the host's.
+  if (spec.outside === undefined || spec.outside === mountNamespace()) {
+    throw new CliError("--internal-sandbox runs only inside the sandbox forgekit firewall makes", {
+      hint: "run: forgekit firewall --allow-domains LIST -- COMMAND",
+      exitCode: 2,
+    });
+  }
   const fail = (why: string) => {
     Deno.writeTextFileSync(join(spec.sessionDir, "sandbox-error"), why);
     return 125;
