@@ -50,6 +50,12 @@ export interface PullRow {
   stack_position: number | null;
 }
 
+/** A pull request as a stack lists it: its `pull_requests` entries, bottom to top. */
+export type StackMember = Pick<
+  PullRow,
+  "stack_id" | "number" | "state" | "draft" | "merged_at" | "head_ref" | "head_sha"
+>;
+
 /** A stack. */
 export interface StackRow {
   id: number;

@@ -12,19 +12,25 @@
  * lock). Locks, a full disk and I/O errors are thrown as StoreError.
  */
 import { AsyncLocalStorage } from "node:async_hooks";
-import { DatabaseSync, type SQLInputValue, type StatementSync } from "node:sqlite";
+import {
+  DatabaseSync,
+  type SQLInputValue,
+  type SQLOutputValue,
+  type StatementSync,
+} from "node:sqlite";
 import type {
   BranchRow,
   DeliveryRow,
   HookRow,
   PullRow,
   RepoRow,
+  StackMember,
   StackRow,
   UserRow,
 } from "./model.ts";
 import { PULL_LIST_INDEXES, pullListQuery } from "./pull_list_query.ts";
 import { sqliteFailure } from "./sqlite_failure.ts";
-import type { NewPull, Page, PullFilter, PullPatch, Store } from "./store.ts";
+import type { NewPull, Page, PullFilter, PullPatch, SizedStack, Store } from "./store.ts";
 import { StoreError } from "./store_error.ts";
 
 const SCHEMA_VERSION = 4;
@@ -86,6 +92,17 @@ ${SERIALS}`;
 
 type Row = Record<string, SQLInputValue>;
 
+/**
+ * A row as an array of its columns' values, in the statement's order. Hot
+ * reads (pull requests, stacks, branches) take rows so: node:sqlite builds an
+ * object per row otherwise, a property per column, and reading a 100-row page
+ * that way cost more than SQLite's own work for it.
+ */
+type Cells = SQLOutputValue[];
+
+/** `setReturnArrays` is in node:sqlite (Node 22.16, Deno 2.3) but not in its bundled types. */
+type ArrayStatement = StatementSync & { setReturnArrays?: (enabled: boolean) => void };
+
 /** `?, ?, ?` for an IN list (lists are at most a page long, so statements stay few). */
 const marks = (n: number) => Array(n).fill("?").join(", ");
 
@@ -105,37 +122,47 @@ function toRepo(r: Row): RepoRow {
   };
 }
 
-function toPull(r: Row): PullRow {
+/** A pull request's columns, in the order {@linkcode toPull} reads them; `u` is its author. */
+const PULL_COLUMNS = "p.id, p.repo_id, p.number, p.user_id, u.login, p.title, p.body, p.state, " +
+  "p.draft, p.head_ref, p.head_sha, p.base_ref, p.created_at, p.updated_at, p.closed_at, " +
+  "p.merged_at, p.merge_commit_sha, p.stack_id, p.stack_position";
+
+// SQLite gives INTEGER columns as numbers and TEXT columns as strings (NOT
+// NULL where the schema says so), so the cells are taken as they are.
+function toPull(r: Cells): PullRow {
   return {
-    id: Number(r.id),
-    repo_id: Number(r.repo_id),
-    number: Number(r.number),
-    user_id: Number(r.user_id),
-    user_login: String(r.user_login),
-    title: String(r.title),
-    body: r.body === null ? null : String(r.body),
-    state: r.state as PullRow["state"],
-    draft: r.draft === 1,
-    head_ref: String(r.head_ref),
-    head_sha: String(r.head_sha),
-    base_ref: String(r.base_ref),
-    created_at: String(r.created_at),
-    updated_at: String(r.updated_at),
-    closed_at: (r.closed_at as string | null) ?? null,
-    merged_at: (r.merged_at as string | null) ?? null,
-    merge_commit_sha: (r.merge_commit_sha as string | null) ?? null,
-    stack_id: r.stack_id === null ? null : Number(r.stack_id),
-    stack_position: r.stack_position === null ? null : Number(r.stack_position),
+    id: r[0] as number,
+    repo_id: r[1] as number,
+    number: r[2] as number,
+    user_id: r[3] as number,
+    user_login: r[4] as string,
+    title: r[5] as string,
+    body: r[6] as string | null,
+    state: r[7] as PullRow["state"],
+    draft: r[8] === 1,
+    head_ref: r[9] as string,
+    head_sha: r[10] as string,
+    base_ref: r[11] as string,
+    created_at: r[12] as string,
+    updated_at: r[13] as string,
+    closed_at: r[14] as string | null,
+    merged_at: r[15] as string | null,
+    merge_commit_sha: r[16] as string | null,
+    stack_id: r[17] as number | null,
+    stack_position: r[18] as number | null,
   };
 }
 
-function toStack(r: Row): StackRow {
+/** A stack's columns, in the order {@linkcode toStack} reads them. */
+const STACK_COLUMNS = "s.id, s.repo_id, s.number, s.base_ref, s.created_at";
+
+function toStack(r: Cells): StackRow {
   return {
-    id: Number(r.id),
-    repo_id: Number(r.repo_id),
-    number: Number(r.number),
-    base_ref: String(r.base_ref),
-    created_at: String(r.created_at),
+    id: r[0] as number,
+    repo_id: r[1] as number,
+    number: r[2] as number,
+    base_ref: r[3] as string,
+    created_at: r[4] as string,
   };
 }
 
@@ -173,8 +200,8 @@ function toDelivery(r: Row): DeliveryRow {
   };
 }
 
-const PULL_SELECT =
-  "SELECT p.*, u.login AS user_login FROM pulls p JOIN users u ON u.id = p.user_id";
+const PULL_SELECT = `SELECT ${PULL_COLUMNS} FROM pulls p JOIN users u ON u.id = p.user_id`;
+const STACK_SELECT = `SELECT ${STACK_COLUMNS} FROM stacks s`;
 const REPO_SELECT =
   "SELECT r.*, u.login AS owner_login FROM repos r JOIN users u ON u.id = r.owner_id";
 
@@ -186,6 +213,7 @@ function failure(err: unknown): unknown {
 class Connection {
   #db: DatabaseSync;
   #stmts = new Map<string, StatementSync>();
+  #arrayStmts = new Map<string, StatementSync>();
   constructor(path: string, busyTimeoutMs: number) {
     try {
       this.#db = new DatabaseSync(path);
@@ -211,6 +239,37 @@ class Connection {
     let s = this.#stmts.get(sql);
     if (!s) this.#stmts.set(sql, s = this.#db.prepare(sql));
     return s;
+  }
+  /** The statement for `sql` that answers rows as {@linkcode Cells}. */
+  #arrayStmt(sql: string): StatementSync {
+    let s = this.#arrayStmts.get(sql);
+    if (!s) {
+      const made: ArrayStatement = this.#db.prepare(sql);
+      if (typeof made.setReturnArrays !== "function") {
+        throw new TypeError(
+          "Cannot read rows as arrays: this runtime's node:sqlite has no StatementSync.setReturnArrays (forgekit needs Deno 2.3 or later)",
+        );
+      }
+      made.setReturnArrays(true);
+      this.#arrayStmts.set(sql, s = made);
+    }
+    return s;
+  }
+  /** Every row of `sql`, each as an array of its columns' values. */
+  rows(sql: string, ...args: SQLInputValue[]): Cells[] {
+    try {
+      return this.#arrayStmt(sql).all(...args) as unknown as Cells[];
+    } catch (err) {
+      throw failure(err);
+    }
+  }
+  /** The first row of `sql` as an array of its columns' values, or undefined. */
+  row(sql: string, ...args: SQLInputValue[]): Cells | undefined {
+    try {
+      return this.#arrayStmt(sql).get(...args) as unknown as Cells | undefined;
+    } catch (err) {
+      throw failure(err);
+    }
   }
   get(sql: string, ...args: SQLInputValue[]): Row | undefined {
     try {
@@ -471,12 +530,12 @@ class SqliteStore implements Store {
   async branchShas(repoId: number, names: string[]) {
     const shas = new Map<string, string>();
     if (names.length === 0) return shas;
-    const rows = this.#r.all(
+    const rows = this.#r.rows(
       "SELECT name, sha FROM branches WHERE repo_id = ? AND name IN (SELECT value FROM json_each(?))",
       repoId,
       JSON.stringify(names),
     );
-    for (const r of rows) shas.set(String(r.name), String(r.sha));
+    for (const [name, sha] of rows) shas.set(name as string, sha as string);
     return shas;
   }
 
@@ -518,31 +577,29 @@ class SqliteStore implements Store {
       t,
       t,
     );
-    return toPull(this.#w.get(`${PULL_SELECT} WHERE p.id = ?`, Number(res.lastInsertRowid))!);
+    return toPull(this.#w.row(`${PULL_SELECT} WHERE p.id = ?`, Number(res.lastInsertRowid))!);
   }
   async getPull(repoId: number, number: number) {
-    const row = this.#r.get(`${PULL_SELECT} WHERE p.repo_id = ? AND p.number = ?`, repoId, number);
+    const row = this.#r.row(`${PULL_SELECT} WHERE p.repo_id = ? AND p.number = ?`, repoId, number);
     return row ? toPull(row) : null;
   }
   async pullsByNumbers(repoId: number, numbers: number[]) {
     if (numbers.length === 0) return [];
-    return this.#r.all(
+    return this.#r.rows(
       `${PULL_SELECT} WHERE p.repo_id = ? AND p.number IN (${marks(numbers.length)})`,
       repoId,
       ...numbers,
     ).map(toPull);
   }
   async openPullsByHead(repoId: number, headRef: string) {
-    return this.#r.all(
+    return this.#r.rows(
       `${PULL_SELECT} WHERE p.repo_id = ? AND p.head_ref = ? AND p.state = 'open'`,
       repoId,
       headRef,
-    ).map(
-      toPull,
-    );
+    ).map(toPull);
   }
   async openPullsTouching(repoId: number, branch: string) {
-    return this.#r.all(
+    return this.#r.rows(
       `${PULL_SELECT} WHERE p.repo_id = ? AND p.state = 'open' AND (p.head_ref = ? OR p.base_ref = ?)`,
       repoId,
       branch,
@@ -556,17 +613,19 @@ class SqliteStore implements Store {
     offset: number,
   ): Promise<Page<PullRow>> {
     const q = pullListQuery(repoId, f);
-    const total = Number(this.#r.get(q.count, ...q.args)!.n);
-    // Ids first, from the index alone: an offset then skips index entries, not rows.
-    const ids = this.#r.all(q.page, ...q.args, limit, offset).map((r) => Number(r.id));
-    if (ids.length === 0) return { items: [], total };
-    const rows = new Map(
-      this.#r.all(
-        `${PULL_SELECT} WHERE p.id IN (SELECT value FROM json_each(?))`,
-        JSON.stringify(ids),
-      ).map((r) => [Number(r.id), toPull(r)]),
-    );
-    return { items: ids.flatMap((id) => rows.get(id) ?? []), total };
+    const total = this.#r.row(q.count, ...q.args)![0] as number;
+    if (offset >= total) return { items: [], total };
+    // One statement: the page's ids from the index alone (an offset skips
+    // index entries, not rows), then each one's row. CROSS JOIN keeps the
+    // page the outer loop, so rows come in its order.
+    const items = this.#r.rows(
+      `SELECT ${PULL_COLUMNS} FROM (${q.page}) pg CROSS JOIN pulls p ON p.id = pg.id
+       JOIN users u ON u.id = p.user_id`,
+      ...q.args,
+      limit,
+      offset,
+    ).map(toPull);
+    return { items, total };
   }
   async updatePull(id: number, patch: PullPatch) {
     const cols = Object.keys(patch) as (keyof PullPatch)[];
@@ -578,7 +637,7 @@ class SqliteStore implements Store {
       });
       this.#w.run(`UPDATE pulls SET ${sets}, updated_at = ? WHERE id = ?`, ...vals, now(), id);
     }
-    return toPull(this.#w.get(`${PULL_SELECT} WHERE p.id = ?`, id)!);
+    return toPull(this.#w.row(`${PULL_SELECT} WHERE p.id = ?`, id)!);
   }
 
   /** The next id of `table` (see {@linkcode SERIALS}), taken in one statement. */
@@ -606,41 +665,51 @@ class SqliteStore implements Store {
       baseRef,
       now(),
     );
-    return toStack(this.#w.get("SELECT * FROM stacks WHERE id = ?", id)!);
+    return toStack(this.#w.row(`${STACK_SELECT} WHERE s.id = ?`, id)!);
   }
   async getStack(repoId: number, number: number) {
-    const row = this.#r.get(
-      "SELECT * FROM stacks WHERE repo_id = ? AND number = ?",
-      repoId,
-      number,
-    );
+    const row = this.#r.row(`${STACK_SELECT} WHERE s.repo_id = ? AND s.number = ?`, repoId, number);
     return row ? toStack(row) : null;
   }
   async stacksByIds(ids: number[]) {
     if (ids.length === 0) return [];
-    return this.#r.all(
-      "SELECT * FROM stacks WHERE id IN (SELECT value FROM json_each(?))",
+    return this.#r.rows(
+      `${STACK_SELECT} WHERE s.id IN (SELECT value FROM json_each(?))`,
       JSON.stringify(ids),
     ).map(toStack);
   }
-  async stackSizes(stackIds: number[]) {
-    const sizes = new Map<number, number>();
-    if (stackIds.length === 0) return sizes;
-    const rows = this.#r.all(
-      "SELECT stack_id, count(*) AS n FROM pulls WHERE stack_id IN (SELECT value FROM json_each(?)) GROUP BY stack_id",
-      JSON.stringify(stackIds),
-    );
-    for (const r of rows) sizes.set(Number(r.stack_id), Number(r.n));
-    return sizes;
+  async stacksWithSizes(ids: number[]): Promise<SizedStack[]> {
+    if (ids.length === 0) return [];
+    return this.#r.rows(
+      `SELECT ${STACK_COLUMNS}, (SELECT count(*) FROM pulls x WHERE x.stack_id = s.id)
+       FROM stacks s WHERE s.id IN (SELECT value FROM json_each(?))`,
+      JSON.stringify(ids),
+    ).map((r) => ({ stack: toStack(r), size: r[5] as number }));
   }
   async pullsInStacks(stackIds: number[]) {
     if (stackIds.length === 0) return [];
-    return this.#r.all(
+    return this.#r.rows(
       `${PULL_SELECT} WHERE p.stack_id IN (${
         marks(stackIds.length)
       }) ORDER BY p.stack_id, p.stack_position`,
       ...stackIds,
     ).map(toPull);
+  }
+  async stackMembers(stackIds: number[]): Promise<StackMember[]> {
+    if (stackIds.length === 0) return [];
+    return this.#r.rows(
+      `SELECT stack_id, number, state, draft, merged_at, head_ref, head_sha FROM pulls
+       WHERE stack_id IN (${marks(stackIds.length)}) ORDER BY stack_id, stack_position`,
+      ...stackIds,
+    ).map((r) => ({
+      stack_id: r[0] as number,
+      number: r[1] as number,
+      state: r[2] as PullRow["state"],
+      draft: r[3] === 1,
+      merged_at: r[4] as string | null,
+      head_ref: r[5] as string,
+      head_sha: r[6] as string,
+    }));
   }
   async listStacks(
     repoId: number,
@@ -649,19 +718,20 @@ class SqliteStore implements Store {
     offset: number,
   ): Promise<Page<StackRow>> {
     if (pullNumber !== null) {
-      const items = this.#r.all(
-        "SELECT s.* FROM stacks s JOIN pulls p ON p.stack_id = s.id WHERE s.repo_id = ? AND p.repo_id = ? AND p.number = ?",
+      const items = this.#r.rows(
+        `${STACK_SELECT} JOIN pulls p ON p.stack_id = s.id WHERE s.repo_id = ? AND p.repo_id = ? AND p.number = ?`,
         repoId,
         repoId,
         pullNumber,
       ).map(toStack);
       return { items: items.slice(offset, offset + limit), total: items.length };
     }
-    const total = Number(
-      this.#r.get("SELECT count(*) AS n FROM stacks WHERE repo_id = ?", repoId)!.n,
-    );
-    const items = this.#r.all(
-      "SELECT * FROM stacks WHERE repo_id = ? ORDER BY number DESC LIMIT ? OFFSET ?",
+    const total = this.#r.row(
+      "SELECT count(*) FROM stacks WHERE repo_id = ?",
+      repoId,
+    )![0] as number;
+    const items = this.#r.rows(
+      `${STACK_SELECT} WHERE s.repo_id = ? ORDER BY s.number DESC LIMIT ? OFFSET ?`,
       repoId,
       limit,
       offset,

@@ -13,6 +13,7 @@ import type {
   HookRow,
   PullRow,
   RepoRow,
+  StackMember,
   StackRow,
   UserRow,
 } from "./model.ts";
@@ -30,6 +31,12 @@ export interface PullFilter {
 export interface Page<T> {
   items: T[];
   total: number;
+}
+
+/** A stack and how many pull requests it holds (what a pull request's `stack` object shows). */
+export interface SizedStack {
+  stack: StackRow;
+  size: number;
 }
 
 /** Fields of a new pull request. */
@@ -116,9 +123,15 @@ export interface Store {
   insertStack(repoId: number, baseRef: string): Promise<StackRow>;
   getStack(repoId: number, number: number): Promise<StackRow | null>;
   stacksByIds(ids: number[]): Promise<StackRow[]>;
+  /** The pull requests of the stacks, each stack's bottom to top. */
   pullsInStacks(stackIds: number[]): Promise<PullRow[]>;
-  /** How many pull requests each of the stacks holds (stacks without any are left out). */
-  stackSizes(stackIds: number[]): Promise<Map<number, number>>;
+  /**
+   * What the Stacks API shows of the stacks' pull requests, each stack's
+   * bottom to top: {@linkcode pullsInStacks} narrowed to the listing's fields.
+   */
+  stackMembers(stackIds: number[]): Promise<StackMember[]>;
+  /** Those of the stacks that exist, each with how many pull requests it holds, in one query. */
+  stacksWithSizes(ids: number[]): Promise<SizedStack[]>;
   listStacks(
     repoId: number,
     pullNumber: number | null,

@@ -1,28 +1,33 @@
 /** Turning stored rows into API JSON with their stack objects, in batches (no N+1). */
-import type { PullRow, RepoRow, StackRow } from "./model.ts";
-import { pullJson, type StackContext, stackJson, type Urls } from "./render.ts";
+import type { PullRow, RepoRow, StackMember, StackRow } from "./model.ts";
+import { pullRenderer, type StackContext, stackJson, type Urls } from "./render.ts";
 import type { Store } from "./store.ts";
 
 const ZERO_SHA = "0".repeat(40);
 
-/** Pull requests as JSON, each with its `stack` object. */
+/**
+ * Pull requests as JSON, each with its `stack` object. Two queries for any
+ * number of them: their stacks with sizes, then every base branch's sha.
+ */
 export async function pullViews(store: Store, repo: RepoRow, pulls: PullRow[], urls: Urls) {
-  const stackIds = [
-    ...new Set(pulls.map((p) => p.stack_id).filter((id): id is number => id !== null)),
-  ];
-  const stacks = new Map((await store.stacksByIds(stackIds)).map((s) => [s.id, s]));
-  const sizes = await store.stackSizes(stackIds);
-  const branches = new Set(pulls.map((p) => p.base_ref));
-  for (const s of stacks.values()) branches.add(s.base_ref);
+  const stackIds = new Set<number>();
+  const branches = new Set<string>();
+  for (const p of pulls) {
+    if (p.stack_id !== null) stackIds.add(p.stack_id);
+    branches.add(p.base_ref);
+  }
+  const stacks = stackIds.size === 0 ? [] : await store.stacksWithSizes([...stackIds]);
+  for (const { stack } of stacks) branches.add(stack.base_ref);
   const shas = await store.branchShas(repo.id, [...branches]);
   const shaOf = (name: string) => shas.get(name) ?? ZERO_SHA;
-  return pulls.map((p) => {
-    const stack = p.stack_id === null ? undefined : stacks.get(p.stack_id);
-    const ctx: StackContext | null = stack
-      ? { stack, size: sizes.get(stack.id) ?? 0, baseSha: shaOf(stack.base_ref) }
-      : null;
-    return pullJson(repo, p, shaOf(p.base_ref), ctx, urls);
-  });
+  const contexts = new Map<number, StackContext>();
+  for (const { stack, size } of stacks) {
+    contexts.set(stack.id, { stack, size, baseSha: shaOf(stack.base_ref) });
+  }
+  const render = pullRenderer(repo, urls);
+  return pulls.map((p) =>
+    render(p, shaOf(p.base_ref), p.stack_id === null ? null : contexts.get(p.stack_id) ?? null)
+  );
 }
 
 /** One pull request as JSON. */
@@ -30,10 +35,10 @@ export async function pullView(store: Store, repo: RepoRow, pull: PullRow, urls:
   return (await pullViews(store, repo, [pull], urls))[0];
 }
 
-/** Stacks as JSON, each with its pull requests bottom to top. */
+/** Stacks as JSON, each with its pull requests bottom to top (one query for any number). */
 export async function stackViews(store: Store, repo: RepoRow, stacks: StackRow[], urls: Urls) {
-  const byStack = new Map<number, PullRow[]>();
-  for (const p of await store.pullsInStacks(stacks.map((s) => s.id))) {
+  const byStack = new Map<number, StackMember[]>();
+  for (const p of await store.stackMembers(stacks.map((s) => s.id))) {
     const list = byStack.get(p.stack_id!) ?? [];
     list.push(p);
     byStack.set(p.stack_id!, list);
