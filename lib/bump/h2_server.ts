@@ -8,10 +8,14 @@
  * Malformed requests (`h2_request.ts`) get a 400 and are never handed on.
  * Request bodies are streamed, and each stream's window is only reopened as
  * its body is read, so a connection holds at most one window of unread
- * bytes per stream. Limits: 100 concurrent streams, 64 KiB of header list,
- * 128 KiB of header block; a client that resets streams as fast as it
- * opens them (CVE-2023-44487), or floods control frames without reading
- * the answers, gets GOAWAY ENHANCE_YOUR_CALM.
+ * bytes per stream (copied, so that small frames cost their bytes). Limits:
+ * 100 concurrent streams, 64 KiB of header list, 128 KiB of header block
+ * on the wire. A client that resets streams as fast as it opens them
+ * (CVE-2023-44487), or makes the server reset them (CVE-2025-8671), floods
+ * control frames without reading the answers, or sends more frames without
+ * requests or data than its requests and responses pay for (empty DATA,
+ * PRIORITY, PING, SETTINGS, WINDOW_UPDATE, ...) gets GOAWAY
+ * ENHANCE_YOUR_CALM.
  *
  * @module
  */
@@ -57,7 +61,10 @@ const STREAM_WINDOW = 256 * 1024;
 const CONN_WINDOW = 16 * 1024 * 1024;
 /** The largest decoded header list accepted (a larger one gets 431). */
 const MAX_HEADER_LIST = 64 * 1024;
-/** The largest header block (HEADERS plus CONTINUATION) read at all. */
+/**
+ * The largest header block (HEADERS plus CONTINUATION frames, their 9-byte
+ * frame headers included, so that empty frames count too) read at all.
+ */
 const MAX_HEADER_BLOCK = 128 * 1024;
 /** Streams the client may reset before the ratio to streams opened is checked. */
 const RESET_ALLOWANCE = 100;
@@ -67,6 +74,33 @@ const RESET_ALLOWANCE = 100;
  * as flooding: it sends control frames without reading the answers.
  */
 const FLOOD_BYTES = 1024 * 1024;
+/**
+ * Frames without a request or its data (PING, SETTINGS, PRIORITY,
+ * WINDOW_UPDATE, RST_STREAM, GOAWAY, empty DATA, unknown types) a client
+ * may send at once. Each costs about as much to read as a DATA frame, so a
+ * flood of them holds a CPU. The allowance is earned back by work: each
+ * stream opened, each few KiB of response sent, and time.
+ */
+const FRAME_ALLOWANCE = 1000;
+/** What a stream opened pays for: its PRIORITY, a PING, a reset, window updates. */
+const FRAMES_PER_STREAM = 10;
+/** Response bytes that pay for one frame (a client acknowledging each 16 KiB DATA frame sends two). */
+const BYTES_PER_FRAME = 4096;
+/** Such frames a connection may send per second regardless (keep-alive PINGs). */
+const FRAMES_PER_SECOND = 100;
+/**
+ * After the server's GOAWAY, what the client still sends is read and
+ * dropped, so that it gets the GOAWAY rather than a reset, for this long and
+ * up to this many bytes; a client that sends more is cut off (an error
+ * GOAWAY must close the connection, RFC 9113 §5.4.1, and a socket left
+ * unread still takes in all the client sends).
+ */
+const LINGER_MS = 2000;
+const LINGER_BYTES = 1024 * 1024;
+/** Stream ids remembered once closed, for the frames the client may still send on them (§5.1). */
+const CLOSED_MEMORY = 1000;
+/** Request body frames are gathered into buffers of this size (a copy each, not a view). */
+const GATHER = 16 * 1024;
 
 /** An HPACK dynamic table size update to 0. */
 const TABLE_SIZE_ZERO = new Uint8Array([0x20]);
@@ -86,6 +120,8 @@ interface Stream {
   received: number;
   length: number | null;
   queue: Uint8Array[];
+  /** Room left in the buffer of the queue's last chunk, for the next small frame. */
+  spare: number;
   /** The client ended its side (END_STREAM). */
   remoteClosed: boolean;
   /** Our side ended (END_STREAM or RST_STREAM sent, or reset by the client). */
@@ -124,7 +160,16 @@ class H2Connection {
   #opened = 0;
   #resets = 0;
   /** A header block being read: HEADERS then CONTINUATION frames. */
-  #block: { stream: number; endStream: boolean; parts: Uint8Array[]; size: number } | null = null;
+  #block: {
+    stream: number;
+    endStream: boolean;
+    /** The HEADERS frame's priority names its own stream (§5.3.1). */
+    selfDependent: boolean;
+    parts: Uint8Array[];
+    size: number;
+  } | null = null;
+  /** The first frame (SETTINGS, §3.4) has come. */
+  #settled = false;
   #peerWindow = DEFAULT_WINDOW;
   #peerFrameSize = MIN_FRAME_SIZE;
   #connSendWindow = DEFAULT_WINDOW;
@@ -136,6 +181,15 @@ class H2Connection {
   #controlUnsent = 0;
   #goingAway = false;
   #idleSince: number | null = performance.now();
+  /** Frames without requests the client may still send (see FRAME_ALLOWANCE). */
+  #allowance = FRAME_ALLOWANCE;
+  #allowanceAt = performance.now();
+  /**
+   * Streams closed lately, oldest first: true when this server reset them
+   * (frames the client sent before it saw the RST_STREAM are dropped), false
+   * when they ended or the client reset them (a frame on them is an error).
+   */
+  #closed = new Map<number, boolean>();
 
   #onRefused: ServeOptions["onRefused"];
 
@@ -202,6 +256,25 @@ class H2Connection {
       await Promise.allSettled([...this.#tasks]);
       this.#flush();
       this.#io.end();
+      await this.#linger();
+    }
+  }
+
+  /** Reads and drops what the client sends after the end, within LINGER_MS and LINGER_BYTES. */
+  async #linger(): Promise<void> {
+    this.#io.unexpire();
+    const timer = setTimeout(() => this.#io.expire(), LINGER_MS);
+    let left = LINGER_BYTES;
+    try {
+      for (;;) {
+        const chunk = await this.#io.read();
+        if (chunk === null) return;
+        if (chunk === "expired" || (left -= chunk.byteLength) < 0) return this.#io.destroy();
+      }
+    } catch {
+      // The socket failed: there is nothing left to read.
+    } finally {
+      clearTimeout(timer);
     }
   }
 
@@ -244,8 +317,7 @@ class H2Connection {
         if (buf.byteLength - at < FRAME_HEADER + length) break;
         const type = buf[at + 3];
         const flags = buf[at + 4];
-        const stream = ((buf[at + 5] & 0x7f) << 24 | buf[at + 6] << 16 | buf[at + 7] << 8 |
-          buf[at + 8]) >>> 0;
+        const stream = u31(buf, at + 5);
         const payload = buf.subarray(at + FRAME_HEADER, at + FRAME_HEADER + length);
         at += FRAME_HEADER + length;
         this.#onFrame(type, flags, stream, payload);
@@ -255,8 +327,20 @@ class H2Connection {
   }
 
   #onFrame(type: number, flags: number, id: number, payload: Uint8Array): void {
+    if (!this.#settled) {
+      if (type !== FrameType.SETTINGS || flags & Flag.ACK) {
+        throw new H2ConnectionError(
+          ErrorCode.PROTOCOL_ERROR,
+          "the connection preface must end with SETTINGS",
+        );
+      }
+      this.#settled = true;
+    }
     if (this.#block !== null && (type !== FrameType.CONTINUATION || id !== this.#block.stream)) {
       throw new H2ConnectionError(ErrorCode.PROTOCOL_ERROR, "a header block was interrupted");
+    }
+    if (type !== FrameType.DATA && type !== FrameType.HEADERS && type !== FrameType.CONTINUATION) {
+      this.#idleFrame();
     }
     switch (type) {
       case FrameType.DATA:
@@ -271,7 +355,8 @@ class H2Connection {
       }
       case FrameType.PRIORITY:
         if (id === 0) throw new H2ConnectionError(ErrorCode.PROTOCOL_ERROR, "PRIORITY on stream 0");
-        if (payload.byteLength !== 5) this.#resetStream(id, ErrorCode.FRAME_SIZE_ERROR);
+        if (payload.byteLength !== 5) return this.#streamError(id, ErrorCode.FRAME_SIZE_ERROR);
+        if (u31(payload, 0) === id) return this.#streamError(id, ErrorCode.PROTOCOL_ERROR);
         return;
       case FrameType.RST_STREAM:
         return this.#onReset(id, payload);
@@ -288,6 +373,9 @@ class H2Connection {
         return;
       case FrameType.GOAWAY:
         if (id !== 0) throw new H2ConnectionError(ErrorCode.PROTOCOL_ERROR, "GOAWAY on a stream");
+        if (payload.byteLength < 8) {
+          throw new H2ConnectionError(ErrorCode.FRAME_SIZE_ERROR, "GOAWAY shorter than 8 bytes");
+        }
         this.#goingAway = true;
         return;
       case FrameType.WINDOW_UPDATE:
@@ -295,6 +383,23 @@ class H2Connection {
       default:
         return; // unknown frame types are ignored (RFC 9113 §4.1)
     }
+  }
+
+  /** A frame without a request or its data: it costs allowance, earned back by work. */
+  #idleFrame(): void {
+    const now = performance.now();
+    this.#earn((now - this.#allowanceAt) * FRAMES_PER_SECOND / 1000);
+    this.#allowanceAt = now;
+    if (--this.#allowance < 0) {
+      throw new H2ConnectionError(
+        ErrorCode.ENHANCE_YOUR_CALM,
+        "too many frames without requests or data",
+      );
+    }
+  }
+
+  #earn(frames: number): void {
+    this.#allowance = Math.min(FRAME_ALLOWANCE, this.#allowance + frames);
   }
 
   /**
@@ -356,19 +461,25 @@ class H2Connection {
       this.#control(windowUpdateFrame(0, this.#connReceived));
       this.#connReceived = 0;
     }
+    const data = this.#unpad(flags, payload);
+    const end = (flags & Flag.END_STREAM) !== 0;
+    if (data.byteLength === 0 && !end) this.#idleFrame();
     const stream = this.#streams.get(id);
-    if (stream === undefined || stream.reset) return; // closed: frames in flight are dropped
-    if (stream.remoteClosed) return this.#resetStream(id, ErrorCode.STREAM_CLOSED);
+    if (stream === undefined || stream.reset) {
+      // Frames the client sent before it saw our RST_STREAM are dropped (§5.1).
+      if (this.#closed.get(id) !== true) this.#streamError(id, ErrorCode.STREAM_CLOSED);
+      return;
+    }
+    if (stream.remoteClosed) return this.#streamError(id, ErrorCode.STREAM_CLOSED);
     stream.recvWindow -= payload.byteLength;
     if (stream.recvWindow < 0) {
       throw new H2ConnectionError(ErrorCode.FLOW_CONTROL_ERROR, `stream ${id} window overrun`);
     }
-    const data = this.#unpad(flags, payload);
     // Padding counts as read at once.
     stream.consumed += payload.byteLength - data.byteLength;
     stream.received += data.byteLength;
-    if (data.byteLength) stream.queue.push(data);
-    if (flags & Flag.END_STREAM) stream.remoteClosed = true;
+    if (data.byteLength) this.#queue(stream, data);
+    if (end) stream.remoteClosed = true;
     if (
       stream.length !== null &&
       (stream.received > stream.length ||
@@ -378,9 +489,44 @@ class H2Connection {
         stream,
         new RequestBodyError("the request body does not match its content-length"),
       );
-      return this.#resetStream(id, ErrorCode.PROTOCOL_ERROR);
+      return this.#streamError(id, ErrorCode.PROTOCOL_ERROR);
     }
+    // A window spent on padding alone is reopened here: no read will.
+    if (stream.queue.length === 0) this.#reopen(stream);
     stream.wake?.();
+  }
+
+  /**
+   * Queues request body bytes as a copy (a view would keep the whole read it
+   * came in alive), small frames gathered into one buffer: a body sent in
+   * 1-byte frames costs about its bytes, not an object per frame.
+   */
+  #queue(stream: Stream, data: Uint8Array): void {
+    const queue = stream.queue;
+    const last = queue.length ? queue[queue.length - 1] : undefined;
+    if (last !== undefined && stream.spare >= data.byteLength) {
+      const grown = new Uint8Array(last.buffer, last.byteOffset, last.byteLength + data.byteLength);
+      grown.set(data, last.byteLength);
+      queue[queue.length - 1] = grown;
+      stream.spare -= data.byteLength;
+    } else if (data.byteLength >= GATHER) {
+      queue.push(data.slice());
+      stream.spare = 0;
+    } else {
+      const buf = new Uint8Array(GATHER);
+      buf.set(data);
+      queue.push(buf.subarray(0, data.byteLength));
+      stream.spare = GATHER - data.byteLength;
+    }
+  }
+
+  /** Reopens a stream's window once half of it has been read. */
+  #reopen(stream: Stream): void {
+    if (stream.consumed >= STREAM_WINDOW / 2 && !stream.remoteClosed && !stream.reset) {
+      this.#control(windowUpdateFrame(stream.id, stream.consumed));
+      stream.recvWindow += stream.consumed;
+      stream.consumed = 0;
+    }
   }
 
   #onHeaders(flags: number, id: number, payload: Uint8Array): void {
@@ -388,42 +534,64 @@ class H2Connection {
       throw new H2ConnectionError(ErrorCode.PROTOCOL_ERROR, `HEADERS on stream ${id}`);
     }
     let block = this.#unpad(flags, payload);
+    let selfDependent = false;
     if (flags & Flag.PRIORITY) {
       if (block.byteLength < 5) {
         throw new H2ConnectionError(ErrorCode.FRAME_SIZE_ERROR, "short HEADERS");
       }
+      selfDependent = u31(block, 0) === id;
       block = block.subarray(5);
     }
-    this.#block = { stream: id, endStream: (flags & Flag.END_STREAM) !== 0, parts: [], size: 0 };
+    this.#block = {
+      stream: id,
+      endStream: (flags & Flag.END_STREAM) !== 0,
+      selfDependent,
+      parts: [],
+      size: 0,
+    };
     this.#addToBlock(block, flags);
   }
 
   #addToBlock(part: Uint8Array, flags: number): void {
     const block = this.#block!;
-    block.size += part.byteLength;
+    // Counted as on the wire: endless empty CONTINUATION frames end here too.
+    block.size += FRAME_HEADER + part.byteLength;
     if (block.size > MAX_HEADER_BLOCK) {
       throw new H2ConnectionError(ErrorCode.ENHANCE_YOUR_CALM, "header block too large");
     }
     block.parts.push(part);
     if (!(flags & Flag.END_HEADERS)) return;
     this.#block = null;
-    const decoded = this.#decoder.decode(
-      concat(block.parts),
-    );
-    this.#onHeaderBlock(block.stream, block.endStream, decoded.fields);
+    const decoded = this.#decoder.decode(concat(block.parts));
+    this.#onHeaderBlock(block.stream, block.endStream, block.selfDependent, decoded.fields);
   }
 
   /** A whole header block: a new request, or trailers. */
-  #onHeaderBlock(id: number, endStream: boolean, fields: [string, string][] | null): void {
-    const existing = this.#streams.get(id);
+  #onHeaderBlock(
+    id: number,
+    endStream: boolean,
+    selfDependent: boolean,
+    fields: [string, string][] | null,
+  ): void {
     if (id <= this.#lastStream) {
-      // A stream already closed or reset: trailers may still have been in flight.
-      if (existing === undefined || existing.reset) return;
+      const existing = this.#streams.get(id);
+      if (existing === undefined || existing.reset) {
+        const ours = this.#closed.get(id);
+        // Trailers the client sent before it saw our RST_STREAM are dropped (§5.1).
+        if (ours === true) return;
+        if (ours === false) {
+          throw new H2ConnectionError(ErrorCode.STREAM_CLOSED, `HEADERS on closed stream ${id}`);
+        }
+        throw new H2ConnectionError(
+          ErrorCode.PROTOCOL_ERROR,
+          `HEADERS on stream ${id}, below stream ${this.#lastStream} already opened`,
+        );
+      }
       // Trailers: they end the stream; their fields are not passed on.
-      if (existing.remoteClosed) return this.#resetStream(id, ErrorCode.STREAM_CLOSED);
-      if (!endStream || fields?.some(([k]) => k.startsWith(":"))) {
+      if (existing.remoteClosed) return this.#streamError(id, ErrorCode.STREAM_CLOSED);
+      if (!endStream || selfDependent || fields?.some(([k]) => k.startsWith(":"))) {
         this.#fail(existing, new RequestBodyError("malformed trailers"));
-        return this.#resetStream(id, ErrorCode.PROTOCOL_ERROR);
+        return this.#streamError(id, ErrorCode.PROTOCOL_ERROR);
       }
       existing.remoteClosed = true;
       if (existing.length !== null && existing.received !== existing.length) {
@@ -431,14 +599,18 @@ class H2Connection {
           existing,
           new RequestBodyError("the request body does not match its content-length"),
         );
-        return this.#resetStream(id, ErrorCode.PROTOCOL_ERROR);
+        return this.#streamError(id, ErrorCode.PROTOCOL_ERROR);
       }
       existing.wake?.();
       return;
     }
     this.#lastStream = id;
-    if (this.#goingAway) return; // no new streams after GOAWAY
+    // No new streams after GOAWAY: the client may retry this one elsewhere.
+    if (this.#goingAway) return this.#resetStream(id, ErrorCode.REFUSED_STREAM);
     this.#opened++;
+    this.#earn(FRAMES_PER_STREAM);
+    // A stream cannot depend on itself (§5.3.1).
+    if (selfDependent) return this.#streamError(id, ErrorCode.PROTOCOL_ERROR);
     if (this.#streams.size >= MAX_STREAMS) {
       // Reset streams hold their slots until their handlers end: a flood of
       // HEADERS and RST_STREAM lands here once the slots are full, so a
@@ -456,6 +628,7 @@ class H2Connection {
       received: 0,
       length: null,
       queue: [],
+      spare: 0,
       remoteClosed: endStream,
       localClosed: false,
       reset: false,
@@ -545,6 +718,7 @@ class H2Connection {
   #close(stream: Stream): void {
     if (this.#streams.get(stream.id) !== stream) return;
     this.#streams.delete(stream.id);
+    if (!this.#closed.has(stream.id)) this.#remember(stream.id, false);
     if (this.#streams.size === 0) {
       this.#idleSince = performance.now();
       if (this.#goingAway) this.#io.expire(); // wakes the reading loop to end
@@ -582,12 +756,8 @@ class H2Connection {
         }
         const chunk = stream.queue.shift()!;
         stream.consumed += chunk.byteLength;
-        if (stream.consumed >= STREAM_WINDOW / 2 && !stream.remoteClosed && !stream.reset) {
-          this.#control(windowUpdateFrame(stream.id, stream.consumed));
-          stream.recvWindow += stream.consumed;
-          stream.consumed = 0;
-          this.#flush();
-        }
+        this.#reopen(stream);
+        this.#flush();
         controller.enqueue(chunk);
       },
       cancel: () => {
@@ -619,7 +789,32 @@ class H2Connection {
       stream.localClosed = true;
       this.#abort(stream, new Error(`stream ${id} was reset`));
     }
+    this.#remember(id, true);
     this.#control(rstStreamFrame(id, code));
+  }
+
+  /**
+   * A stream error the client caused (§5.4.2). It counts as a reset by the
+   * client: resetting a stream costs the server its request all the same,
+   * so a client that provokes resets is a rapid reset too (CVE-2025-8671).
+   */
+  #streamError(id: number, code: number): void {
+    const stream = this.#streams.get(id);
+    if (stream === undefined || stream.reset) {
+      // Closed: its RST_STREAM answers this frame, once (later ones are dropped).
+      if (this.#closed.get(id) === true) return;
+      this.#countReset();
+      this.#remember(id, true);
+      return this.#control(rstStreamFrame(id, code));
+    }
+    this.#countReset();
+    this.#resetStream(id, code);
+  }
+
+  /** Notes how a stream closed, forgetting the oldest past CLOSED_MEMORY. */
+  #remember(id: number, reset: boolean): void {
+    this.#closed.set(id, reset);
+    if (this.#closed.size > CLOSED_MEMORY) this.#closed.delete(this.#closed.keys().next().value!);
   }
 
   #onReset(id: number, payload: Uint8Array): void {
@@ -634,6 +829,7 @@ class H2Connection {
     this.#countReset();
     stream.localClosed = true;
     stream.remoteClosed = true;
+    this.#remember(id, false);
     this.#abort(stream, new Error(`stream ${id} was reset by the client`));
   }
 
@@ -652,17 +848,26 @@ class H2Connection {
       }
       return;
     }
+    // Values apply in order (§6.5.3); a window is only checked against the
+    // largest one, so a frame of many values costs one pass over the streams.
+    let delta = 0;
+    let largest = -Infinity;
     for (const [key, value] of parseSettings(payload)) {
       if (key === Setting.INITIAL_WINDOW_SIZE) {
-        const delta = value - this.#peerWindow;
-        this.#peerWindow = value;
-        for (const stream of this.#streams.values()) {
-          stream.sendWindow += delta;
-          if (stream.sendWindow > MAX_WINDOW) {
-            throw new H2ConnectionError(ErrorCode.FLOW_CONTROL_ERROR, "a stream window overflowed");
+        if (largest === -Infinity) {
+          for (const stream of this.#streams.values()) {
+            largest = Math.max(largest, stream.sendWindow);
           }
         }
+        delta += value - this.#peerWindow;
+        this.#peerWindow = value;
+        if (largest + delta > MAX_WINDOW) {
+          throw new H2ConnectionError(ErrorCode.FLOW_CONTROL_ERROR, "a stream window overflowed");
+        }
       } else if (key === Setting.MAX_FRAME_SIZE) this.#peerFrameSize = value;
+    }
+    if (delta !== 0) {
+      for (const stream of this.#streams.values()) stream.sendWindow += delta;
     }
     this.#control(frame(FrameType.SETTINGS, Flag.ACK, 0));
     this.#notifyWindows();
@@ -672,9 +877,7 @@ class H2Connection {
     if (payload.byteLength !== 4) {
       throw new H2ConnectionError(ErrorCode.FRAME_SIZE_ERROR, "WINDOW_UPDATE not 4 bytes");
     }
-    const increment =
-      ((payload[0] & 0x7f) << 24 | payload[1] << 16 | payload[2] << 8 | payload[3]) >>>
-      0;
+    const increment = u31(payload, 0);
     if (id === 0) {
       if (increment === 0) {
         throw new H2ConnectionError(ErrorCode.PROTOCOL_ERROR, "WINDOW_UPDATE of 0");
@@ -692,10 +895,10 @@ class H2Connection {
       }
       const stream = this.#streams.get(id);
       if (stream === undefined || stream.localClosed) return;
-      if (increment === 0) return this.#resetStream(id, ErrorCode.PROTOCOL_ERROR);
+      if (increment === 0) return this.#streamError(id, ErrorCode.PROTOCOL_ERROR);
       stream.sendWindow += increment;
       if (stream.sendWindow > MAX_WINDOW) {
-        return this.#resetStream(id, ErrorCode.FLOW_CONTROL_ERROR);
+        return this.#streamError(id, ErrorCode.FLOW_CONTROL_ERROR);
       }
     }
     this.#notifyWindows();
@@ -867,6 +1070,7 @@ class H2Connection {
       stream.sendWindow -= n;
       this.#connSendWindow -= n;
       stream.bodySent += n;
+      this.#earn(n / BYTES_PER_FRAME);
       await this.#send(stream, out);
     }
   }
@@ -900,4 +1104,10 @@ class H2Connection {
       });
     }
   }
+}
+
+/** The 31-bit number (a stream id, a window increment) at `at`; the reserved bit is ignored. */
+function u31(bytes: Uint8Array, at: number): number {
+  return ((bytes[at] & 0x7f) << 24 | bytes[at + 1] << 16 | bytes[at + 2] << 8 | bytes[at + 3]) >>>
+    0;
 }

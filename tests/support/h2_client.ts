@@ -97,7 +97,11 @@ export async function runH2(f: BumpFront, scenario: H2Scenario): Promise<H2Resul
 }
 
 /** Runs a python client with `scenario` (plus the front's proxy and CA) on stdin; its JSON. */
-async function runScript(script: string, f: BumpFront, scenario: object): Promise<unknown> {
+export async function runScript(
+  script: string,
+  f: BumpFront,
+  scenario: object,
+): Promise<unknown> {
   const child = new Deno.Command(H2_PYTHON, {
     args: [script],
     stdin: "piped",
