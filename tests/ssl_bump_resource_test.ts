@@ -6,7 +6,15 @@
  * meanwhile.
  */
 import assert from "node:assert/strict";
-import { type BumpFixture, curl, startBumpFixture, startBumpFront } from "./support/bump.ts";
+import {
+  type BumpFixture,
+  type BumpFront,
+  curl,
+  startBumpFixture,
+  startBumpFront,
+} from "./support/bump.ts";
+import { startTestProxy } from "./support/proxy.ts";
+import { makeTestCa } from "./support/tls.ts";
 import {
   Flag,
   frame,
@@ -78,7 +86,7 @@ function originHandler(req: Request): Response {
 }
 
 /** A CONNECT through the front, answered: the raw connection. */
-async function connectRaw(f: BumpFixture, host = "api.github.com"): Promise<Deno.TcpConn> {
+async function connectRaw(f: BumpFront, host = "api.github.com"): Promise<Deno.TcpConn> {
   const port = Number(new URL(f.proxyUrl).port);
   const conn = await Deno.connect({ hostname: "127.0.0.1", port });
   await conn.write(enc.encode(`CONNECT ${host}:443 HTTP/1.1\r\nHost: ${host}:443\r\n\r\n`));
@@ -94,7 +102,7 @@ async function connectRaw(f: BumpFixture, host = "api.github.com"): Promise<Deno
 }
 
 /** A bumped TLS connection through the front, with the given ALPN. */
-async function bumped(f: BumpFixture, alpn: string[]): Promise<Deno.TlsConn> {
+async function bumped(f: BumpFront, alpn: string[]): Promise<Deno.TlsConn> {
   const raw = await connectRaw(f);
   const tls = await Deno.startTls(raw, {
     hostname: "api.github.com",
@@ -403,4 +411,48 @@ Deno.test("the end-of-run summary keeps a bounded number of blocked hosts", () =
   const summary = tally.summary(["github.com"])!;
   assert(summary.length < 1 << 20, `summary of ${summary.length} characters`);
   assert.match(summary, /… and 49000 more blocked requests to other hosts/);
+});
+
+Deno.test("an HTTP/1.1 upload to an origin that reads nothing holds the client back, not the proxy's memory", async () => {
+  // An origin that takes connections and never reads from them.
+  const ca = await makeTestCa("silent origin CA");
+  const leaf = await ca.issue(["api.github.com"]);
+  const origin = Deno.listenTls({ hostname: "127.0.0.1", port: 0, cert: leaf.cert, key: leaf.key });
+  const held: Deno.Conn[] = [];
+  const accepting = (async () => {
+    for await (const c of origin) held.push(c);
+  })();
+  const proxy = startTestProxy();
+  proxy.route("api.github.com:443", (origin.addr as Deno.NetAddr).port);
+  const f = await startBumpFront({
+    allowUrls: ALLOW,
+    upstreamCaCerts: [ca.cert],
+    upstreamProxy: proxy.url,
+  });
+  const conns: Deno.Conn[] = [];
+  try {
+    const tls = await bumped(f, ["http/1.1"]);
+    conns.push(tls);
+    await tls.write(enc.encode(
+      "POST /allowed/upload HTTP/1.1\r\nHost: api.github.com\r\n" +
+        "Content-Length: 100000000000\r\n\r\n",
+    ));
+    // Deno's node:tls server socket reads on while paused: without stopping
+    // the TCP handle's reads the proxy took in about 300 MB a second here.
+    const chunk = new Uint8Array(1 << 20);
+    let sent = 0;
+    const until = performance.now() + 2000;
+    const writing = (async () => {
+      while (performance.now() < until) sent += await tls.write(chunk);
+    })().catch(() => {});
+    await Promise.race([writing, new Promise((r) => setTimeout(r, 2500))]);
+    assert.ok(sent < 64 * 2 ** 20, `the proxy took ${(sent / 2 ** 20).toFixed(0)} MiB in 2 s`);
+  } finally {
+    closeAll(conns);
+    await f.close();
+    closeAll(held);
+    origin.close();
+    await accepting;
+    await proxy.close();
+  }
 });

@@ -136,11 +136,12 @@ export class Interceptor {
     let socket: tls.TLSSocket | undefined;
     try {
       const secureContext = await this.#secureContext(ctx.host);
-      socket = client.startTls(clientHello, { secureContext, alpn: ["h2", "http/1.1"] });
+      const tls = client.startTls(clientHello, { secureContext, alpn: ["h2", "http/1.1"] });
+      socket = tls.socket;
       this.#sockets.add(socket);
       const closed = new Promise<void>((resolve) => socket!.once("close", resolve));
       const stallTimeoutMs = this.#opts.stallTimeoutMs ?? STALL_TIMEOUT_MS;
-      const io = new SocketIo(socket, { stallMs: stallTimeoutMs });
+      const io = new SocketIo(socket, { stallMs: stallTimeoutMs, input: tls.input });
       if (!await handshake(socket, closed, this.#opts.headTimeoutMs ?? HEAD_TIMEOUT_MS)) return;
       const h2 = socket.alpnProtocol === "h2";
       this.#opts.debug?.(

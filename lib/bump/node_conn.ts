@@ -15,7 +15,7 @@
 import net from "node:net";
 import tls from "node:tls";
 import { Buffer } from "node:buffer";
-import { SocketIo } from "./socket_io.ts";
+import { type InputControl, SocketIo } from "./socket_io.ts";
 import type { ByteConn } from "./conn_io.ts";
 
 /** An accepted client connection. */
@@ -54,23 +54,46 @@ export class NodeConn implements ByteConn {
   /**
    * Starts server-side TLS on this connection, with the ClientHello already
    * read off it (`clientHello`) put back in front. The TLS socket owns the
-   * connection from then on: `close()` no longer touches it.
+   * connection from then on: `close()` no longer touches it. `input` stops
+   * and restarts reading the TCP connection under it, which pausing the TLS
+   * socket does not do (give it to the {@linkcode SocketIo} reading it).
    */
   startTls(
     clientHello: Uint8Array,
     options: { secureContext: tls.SecureContext; alpn: string[] },
-  ): tls.TLSSocket {
+  ): { socket: tls.TLSSocket; input: InputControl } {
     this.#adopted = true;
     const raw = this.#io.detach() as net.Socket;
     // Errors surface on the TLS socket; the raw one must not throw them unheard.
     raw.on("error", () => {});
     raw.unshift(Buffer.from(clientHello));
-    return new tls.TLSSocket(raw, {
+    const socket = new tls.TLSSocket(raw, {
       isServer: true,
       secureContext: options.secureContext,
       ALPNProtocols: options.alpn,
     });
+    return { socket, input: tcpInput(raw) };
   }
+}
+
+/**
+ * Reading on a socket's TCP handle. Deno's `node:tls` server socket reads
+ * its TCP connection natively and goes on while paused: a client sending a
+ * large body to an origin that reads slowly made the proxy hold all of it
+ * (1 GB in 5 s). Stopping the handle's reads stops it; the kernel's window
+ * then holds the client back.
+ */
+function tcpInput(raw: net.Socket): InputControl {
+  const handle = (raw as unknown as { _handle?: { readStop?(): void; readStart?(): void } })
+    ._handle;
+  const call = (op: "readStop" | "readStart") => {
+    try {
+      if (!raw.destroyed) handle?.[op]?.();
+    } catch {
+      // the connection is closing
+    }
+  };
+  return { pause: () => call("readStop"), resume: () => call("readStart") };
 }
 
 /** Where to listen: loopback TCP, or a Unix socket path. */

@@ -11,6 +11,16 @@ import { closeQuietly, writeAll } from "./conn_io.ts";
 /** Bytes queued before the socket is paused. */
 const HIGH_WATER = 256 * 1024;
 
+/**
+ * Reading on the connection under a socket, where pausing the socket alone
+ * does not stop it: Deno's server-side `node:tls` socket goes on reading
+ * its TCP connection while paused, and holds all the peer sends.
+ */
+export interface InputControl {
+  pause(): void;
+  resume(): void;
+}
+
 /** Reads and writes on one socket. */
 export class SocketIo {
   #queue: Uint8Array[] = [];
@@ -24,13 +34,19 @@ export class SocketIo {
   #listeners: [string, (arg: never) => void][];
   #gone = new AbortController();
   #stallMs: number;
+  #input: InputControl | undefined;
 
   /**
    * `stallMs`: how long a write may wait for room (the peer reads nothing)
-   * before the socket is destroyed; by default for ever.
+   * before the socket is destroyed; by default for ever. `input`: paused
+   * and resumed with the socket.
    */
-  constructor(readonly socket: Duplex, options: { stallMs?: number } = {}) {
+  constructor(
+    readonly socket: Duplex,
+    options: { stallMs?: number; input?: InputControl } = {},
+  ) {
     this.#stallMs = options.stallMs ?? Infinity;
+    this.#input = options.input;
     // Each write waiting for room adds a drain listener: many streams may wait at once.
     socket.setMaxListeners(0);
     this.#listeners = [
@@ -40,6 +56,7 @@ export class SocketIo {
         if (this.#queued >= HIGH_WATER && !this.#paused) {
           this.#paused = true;
           socket.pause();
+          this.#input?.pause();
         }
         this.#notify();
       }],
@@ -118,6 +135,7 @@ export class SocketIo {
     this.#queued -= chunk.byteLength;
     if (this.#paused && this.#queued < HIGH_WATER / 2) {
       this.#paused = false;
+      this.#input?.resume();
       this.socket.resume();
     }
     return chunk;
