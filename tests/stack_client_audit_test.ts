@@ -305,8 +305,18 @@ Deno.test("a token the server refuses is named in the error, not hidden behind t
       none.stderr,
       `error: Requires authentication (POST ${server.url}/repos/alice/app/stacks/1/unstack returned 401; check the token: none was sent, as auth.json has no entry for 127.0.0.1; run: forgekit auth explain ${server.url}/repos/alice/app/stacks/1/unstack)\n`,
     );
-    for (const r of [gone, denied, unset, none]) {
-      assert.equal(r.stdout, "");
+    // A public repository answers without the token: the answer is shown, with a warning, once.
+    const pub = await fk(["view", "1", "--repo", "alice/app"], { STACKS_TOKEN: revoked });
+    assert.equal(pub.code, 0, pub.stderr);
+    assert.match(pub.stdout, /^stack #1 open/);
+    assert.equal(
+      pub.stderr,
+      `warning: auth.json's token for 127.0.0.1:${
+        new URL(server.url).port
+      } was refused (providers[0] (codehost bearer) got 401 Unauthorized); answered without it (check the token; run: forgekit auth explain ${server.url}/repos/alice/app/stacks/1)\n`,
+    );
+    for (const r of [gone, denied, unset, none, pub]) {
+      if (r !== pub) assert.equal(r.stdout, "");
       assert.ok(!r.stderr.includes(revoked) && !r.stderr.includes(bob), r.stderr);
     }
     // The stack is untouched by all of the above.

@@ -182,6 +182,9 @@ async function mapAtMost<T, R>(items: T[], limit: number, fn: (item: T) => Promi
 }
 
 class Client {
+  /** Whether the refused-token warning was printed (once a run). */
+  #warned = false;
+
   constructor(
     readonly base: string,
     private options: { authFile?: string; timeoutMs: number; repo: string },
@@ -234,6 +237,15 @@ class Client {
       json = JSON.parse(text);
     } catch { /* not JSON */ }
     if (!res.ok) throw this.failure(method, url, res, json, attempts);
+    if (attempts.unauthenticated && attempts.refused.length && !this.#warned) {
+      // A public repository answers without the token: say that it was refused.
+      this.#warned = true;
+      console.error(printable(
+        `warning: auth.json's token for ${new URL(url).host} was refused (${
+          attempts.refused.join(", ")
+        }); answered without it (check the token; run: forgekit auth explain ${url})`,
+      ));
+    }
     if (json === undefined) {
       throw new CliError(`${method} ${url} returned ${res.status} with a body that is not JSON`, {
         hint: NOT_AN_API,
