@@ -97,6 +97,25 @@ export function deliveryRequest(
   return { headers, body };
 }
 
+/**
+ * A hook's `last_response`, as GitHub shows it, from the status code of its
+ * latest attempted delivery (`undefined`: none yet; `null`: no answer, as
+ * when the receiver is down, slow or not public).
+ *
+ * @example
+ * ```ts
+ * lastResponse(undefined); // { code: null, status: "unused", message: null }
+ * lastResponse(500); // { code: 500, status: "failed", message: "Invalid HTTP Response: 500" }
+ * ```
+ */
+export function lastResponse(
+  code: number | null | undefined,
+): { code: number | null; status: string; message: string | null } {
+  if (code === undefined) return { code: null, status: "unused", message: null };
+  if (code !== null && code >= 200 && code < 300) return { code, status: "active", message: "OK" };
+  return { code, status: "failed", message: `Invalid HTTP Response: ${code ?? 0}` };
+}
+
 /** Sends webhook deliveries in the background. */
 export class DeliveryWorker {
   #store: Store;

@@ -1,6 +1,8 @@
 /** Repository webhooks and their deliveries. */
 import { type Context, Hono } from "hono";
 import { ApiError, validationFailed } from "./api_error.ts";
+import { lastResponse } from "./deliveries.ts";
+import { emitPing } from "./events.ts";
 import {
   adminRepo,
   boolField,
@@ -8,11 +10,14 @@ import {
   intParam,
   jsonBody,
   pageParams,
+  requireUser,
+  setLinks,
   unstorableText,
 } from "./http.ts";
 import { hookUrlProblem } from "./hook_target.ts";
-import type { DeliveryRow } from "./model.ts";
-import { hookJson } from "./render.ts";
+import type { DeliveryRow, HookRow, RepoRow } from "./model.ts";
+import { hookJson, type Urls } from "./render.ts";
+import type { Store } from "./store.ts";
 
 type Ctx = Context<Env>;
 
@@ -101,22 +106,72 @@ function parseConfig(
     }
     out.content_type = c.content_type;
   }
+  if (c.insecure_ssl !== undefined && c.insecure_ssl !== "0" && c.insecure_ssl !== 0) {
+    // Deno's fetch cannot skip certificate checks: "1" would be shown but not done.
+    throw validationFailed("Hook", [{
+      field: "insecure_ssl",
+      code: "invalid",
+      message: c.insecure_ssl === "1" || c.insecure_ssl === 1
+        ? 'config.insecure_ssl "1" is not supported: deliveries always verify the receiver\'s certificate (give the server its CA with DENO_CERT)'
+        : `config.insecure_ssl must be "0": ${JSON.stringify(c.insecure_ssl)}`,
+    }]);
+  }
   return out;
 }
 
-function parseEvents(body: Record<string, unknown>): string[] | undefined {
-  if (body.events === undefined) return undefined;
+/** Hooks as the API shows them, each with its `last_response` (one query for any number). */
+async function hookViews(store: Store, repo: RepoRow, hooks: HookRow[], urls: Urls) {
+  const last = await store.lastAttempts(hooks.map((h) => h.id));
+  return hooks.map((h) => ({
+    ...hookJson(repo, h, urls),
+    last_response: lastResponse(last.has(h.id) ? last.get(h.id)!.status_code : undefined),
+  }));
+}
+
+async function hookView(store: Store, repo: RepoRow, hook: HookRow, urls: Urls) {
+  return (await hookViews(store, repo, [hook], urls))[0];
+}
+
+/** A list of event names: `events`, or on update `add_events` or `remove_events`. */
+function parseEvents(
+  body: Record<string, unknown>,
+  field: "events" | "add_events" | "remove_events" = "events",
+): string[] | undefined {
+  const list = body[field];
+  if (list === undefined) return undefined;
   if (
-    !Array.isArray(body.events) || body.events.length > MAX_EVENTS ||
-    !body.events.every((e) => typeof e === "string" && /^[a-z_*]{1,100}$/.test(e))
+    !Array.isArray(list) || list.length > MAX_EVENTS ||
+    !list.every((e) => typeof e === "string" && /^[a-z_*]{1,100}$/.test(e))
   ) {
     throw validationFailed("Hook", [{
-      field: "events",
+      field,
       code: "invalid",
-      message: `events must be an array of at most ${MAX_EVENTS} event names`,
+      message: `${field} must be an array of at most ${MAX_EVENTS} event names`,
     }]);
   }
-  return body.events as string[];
+  return list as string[];
+}
+
+/**
+ * A hook's events after an update, as GitHub applies one: `events` (else
+ * the current ones), then `add_events`, then `remove_events`.
+ */
+function updatedEvents(
+  current: string[],
+  change: { events?: string[]; add?: string[]; remove?: string[] },
+): string[] | undefined {
+  if (change.add === undefined && change.remove === undefined) return change.events;
+  const next = [...(change.events ?? current)];
+  for (const e of change.add ?? []) if (!next.includes(e)) next.push(e);
+  const result = next.filter((e) => !change.remove?.includes(e));
+  if (result.length > MAX_EVENTS) {
+    throw validationFailed("Hook", [{
+      field: "add_events",
+      code: "invalid",
+      message: `A hook can have at most ${MAX_EVENTS} events: this would give it ${result.length}`,
+    }]);
+  }
+  return result;
 }
 
 function deliveryJson(d: DeliveryRow) {
@@ -168,20 +223,21 @@ export function hookRoutes(): Hono<Env> {
         content_type: cfg.content_type ?? "form",
       });
     });
-    return c.json(hookJson(repo, hook, c.get("urls")), 201);
+    return c.json(await hookView(store, repo, hook, c.get("urls")), 201);
   });
 
   app.get("/repos/:owner/:repo/hooks", async (c) => {
     const repo = await adminRepo(c);
-    const hooks = await c.get("store").listHooks(repo.id);
-    return c.json(hooks.map((h) => hookJson(repo, h, c.get("urls"))));
+    const store = c.get("store");
+    return c.json(await hookViews(store, repo, await store.listHooks(repo.id), c.get("urls")));
   });
 
   app.get("/repos/:owner/:repo/hooks/:id", async (c) => {
     const repo = await adminRepo(c);
-    const hook = await c.get("store").getHook(repo.id, intParam(c, "id"));
+    const store = c.get("store");
+    const hook = await store.getHook(repo.id, intParam(c, "id"));
     if (!hook) throw new ApiError(404, "Not Found");
-    return c.json(hookJson(repo, hook, c.get("urls")));
+    return c.json(await hookView(store, repo, hook, c.get("urls")));
   });
 
   app.patch("/repos/:owner/:repo/hooks/:id", async (c) => {
@@ -192,14 +248,20 @@ export function hookRoutes(): Hono<Env> {
       required: false,
       allowPrivate: c.get("allowPrivateHookTargets"),
     });
-    const events = parseEvents(body);
+    const change = {
+      events: parseEvents(body),
+      add: parseEvents(body, "add_events"),
+      remove: parseEvents(body, "remove_events"),
+    };
     const active = boolField(body, "active", "Hook");
     const store = c.get("store");
     const hook = await store.transaction(async () => {
-      if (!await store.getHook(repo.id, id)) throw new ApiError(404, "Not Found");
+      const current = await store.getHook(repo.id, id);
+      if (!current) throw new ApiError(404, "Not Found");
+      const events = updatedEvents(current.events, change);
       return await store.updateHook(id, { ...cfg, events, active });
     });
-    return c.json(hookJson(repo, hook, c.get("urls")));
+    return c.json(await hookView(store, repo, hook, c.get("urls")));
   });
 
   app.delete("/repos/:owner/:repo/hooks/:id", async (c) => {
@@ -218,9 +280,42 @@ export function hookRoutes(): Hono<Env> {
     const id = intParam(c, "id");
     const store = c.get("store");
     if (!await store.getHook(repo.id, id)) throw new ApiError(404, "Not Found");
-    const { perPage } = pageParams(c);
-    return c.json((await store.listDeliveries(id, perPage)).map(deliveryJson));
+    const { perPage, page } = pageParams(c);
+    const { items, total } = await store.listDeliveries(id, perPage, (page - 1) * perPage);
+    setLinks(c, page, perPage, total);
+    return c.json(items.map(deliveryJson));
   });
+
+  app.post("/repos/:owner/:repo/hooks/:id/pings", async (c) => {
+    const repo = await adminRepo(c);
+    const id = intParam(c, "id");
+    const store = c.get("store");
+    const urls = c.get("urls");
+    await store.transaction(async () => {
+      const hook = await store.getHook(repo.id, id);
+      if (!hook) throw new ApiError(404, "Not Found");
+      // An inactive hook is sent nothing, a ping included.
+      if (!hook.active) return;
+      const view = await hookView(store, repo, hook, urls);
+      await emitPing(store, { repo, sender: requireUser(c), urls }, hook, view);
+    });
+    c.get("notify")();
+    return c.body(null, 204);
+  });
+
+  // GitHub sends the latest push here, if the hook takes push events; this server has no pushes.
+  // `/test` is the older path, still the hook's `test_url`.
+  app.on(
+    "POST",
+    ["/repos/:owner/:repo/hooks/:id/tests", "/repos/:owner/:repo/hooks/:id/test"],
+    async (c) => {
+      const repo = await adminRepo(c);
+      if (!await c.get("store").getHook(repo.id, intParam(c, "id"))) {
+        throw new ApiError(404, "Not Found");
+      }
+      return c.body(null, 204);
+    },
+  );
 
   app.post("/repos/:owner/:repo/hooks/:id/deliveries/:delivery/attempts", async (c) => {
     const repo = await adminRepo(c);

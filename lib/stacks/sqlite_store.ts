@@ -827,12 +827,31 @@ class SqliteStore implements Store {
     const row = this.#r.get("SELECT * FROM deliveries WHERE hook_id = ? AND id = ?", hookId, id);
     return row ? toDelivery(row) : null;
   }
-  async listDeliveries(hookId: number, limit: number) {
-    return this.#r.all(
-      "SELECT * FROM deliveries WHERE hook_id = ? ORDER BY id DESC LIMIT ?",
+  async listDeliveries(hookId: number, limit: number, offset: number) {
+    const total = Number(
+      this.#r.get("SELECT count(*) AS n FROM deliveries WHERE hook_id = ?", hookId)!.n,
+    );
+    const items = this.#r.all(
+      "SELECT * FROM deliveries WHERE hook_id = ? ORDER BY id DESC LIMIT ? OFFSET ?",
       hookId,
       limit,
+      offset,
     ).map(toDelivery);
+    return { items, total };
+  }
+  async lastAttempts(hookIds: readonly number[]) {
+    // Each hook's newest attempted delivery, found from the top of its (hook_id, id) index.
+    const rows = this.#r.all(
+      `SELECT hook_id, status_code FROM deliveries WHERE id IN (
+         SELECT (SELECT id FROM deliveries
+                 WHERE hook_id = j.value AND attempts > 0 ORDER BY id DESC LIMIT 1)
+         FROM json_each(?) j)`,
+      JSON.stringify(hookIds),
+    );
+    return new Map(rows.map((r) => [
+      Number(r.hook_id),
+      { status_code: r.status_code === null ? null : Number(r.status_code) },
+    ]));
   }
   async claimDeliveries(
     at: number,

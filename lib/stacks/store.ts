@@ -163,7 +163,15 @@ export interface Store {
     },
   ): Promise<DeliveryRow>;
   getDelivery(hookId: number, id: number): Promise<DeliveryRow | null>;
-  listDeliveries(hookId: number, limit: number): Promise<DeliveryRow[]>;
+  /** A hook's deliveries, newest first, and how many it has. */
+  listDeliveries(hookId: number, limit: number, offset: number): Promise<Page<DeliveryRow>>;
+  /**
+   * The outcome of each hook's newest delivery that has been attempted, by
+   * hook id; a hook with none is left out.
+   */
+  lastAttempts(
+    hookIds: readonly number[],
+  ): Promise<Map<number, Pick<DeliveryRow, "status_code">>>;
   /**
    * Claims pending deliveries due at `now` (call inside a transaction): the
    * oldest one of each hook not in `skipHooks`, at most `limit`, oldest first.
