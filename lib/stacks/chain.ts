@@ -141,7 +141,10 @@ export type MergePlan =
 /**
  * Merging a stacked pull request merges every unmerged one below it too,
  * bottom to top; then the lowest unmerged one above is retargeted to the
- * stack's base. A closed (unmerged) or draft pull request below blocks it.
+ * stack's base, closed or not: it is the one whose base branch was merged,
+ * and skipping a closed one would leave the stack's chain broken when it is
+ * reopened (and show its changes in the diff of the one retargeted instead).
+ * A closed (unmerged) or draft pull request below blocks it.
  */
 export function mergePlan(stack: readonly ChainPull[], index: number): MergePlan {
   const target = stack[index];
@@ -162,6 +165,6 @@ export function mergePlan(stack: readonly ChainPull[], index: number): MergePlan
     }
     merge.push(p.number);
   }
-  const above = stack.slice(index + 1).find((p) => !p.merged && p.state === "open");
+  const above = stack.slice(index + 1).find((p) => !p.merged);
   return { ok: true, merge, retarget: above ? above.number : null };
 }

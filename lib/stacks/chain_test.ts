@@ -106,7 +106,8 @@ Deno.test("mergePlan() cascades from the bottom, retargets the next, and is bloc
   assert.deepEqual(mergePlan(s, 2), { ok: true, merge: [1, 2, 3], retarget: null });
   const closedMiddle = [s[0], { ...s[1], state: "closed" as const }, s[2]];
   assert.equal(mergePlan(closedMiddle, 2).ok, false);
-  assert.deepEqual(mergePlan(closedMiddle, 0), { ok: true, merge: [1], retarget: 3 });
+  // The closed #2 is retargeted, not #3 past it: the chain stays main ← b ← c for when #2 reopens.
+  assert.deepEqual(mergePlan(closedMiddle, 0), { ok: true, merge: [1], retarget: 2 });
   const mergedBottom = [{ ...s[0], merged: true, state: "closed" as const }, s[1], s[2]];
   assert.deepEqual(mergePlan(mergedBottom, 1), { ok: true, merge: [2], retarget: 3 });
   assert.equal(mergePlan(mergedBottom, 0).ok, false);

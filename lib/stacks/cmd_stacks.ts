@@ -16,6 +16,9 @@ import type { Store } from "./store.ts";
 /** Where the database lives unless --db says otherwise. */
 export const DEFAULT_DB = "./forgekit-data/stacks.db";
 
+/** How long past --busy-timeout-ms a stop waits for requests in flight. */
+const SHUTDOWN_GRACE_MS = 10_000;
+
 const HELP = `forgekit stacks: the GitHub-compatible pull-request and Stacks API server
 
 Usage: forgekit stacks <command> [options]
@@ -49,7 +52,8 @@ Options:
                          can send requests)
 
 The API is served at the root (like api.github.com) and under /api/v3 (like an
-enterprise server). Prints one line with the URL. SIGINT/SIGTERM stop it cleanly.`;
+enterprise server). Prints one line with the URL. SIGINT/SIGTERM stop it cleanly:
+requests in flight are answered first (a second signal stops at once).`;
 
 const TOKEN_HELP = `forgekit stacks token create: make an API token for a user
 
@@ -97,7 +101,10 @@ async function openStore(path: string, busyTimeoutMs?: number): Promise<Store> {
     // A database that cannot be opened leaves no directory or file of ours behind.
     if (made) await Deno.remove(made, { recursive: true }).catch(() => {});
     else if (createdFile) await Deno.remove(path).catch(() => {});
-    throw usageError(`Cannot open database ${path}`, "check --db and its permissions", err);
+    const hint = err instanceof RangeError // a schema version newer than this forgekit's
+      ? "run the forgekit that wrote it, or pass another --db"
+      : "check --db and its permissions";
+    throw usageError(`Cannot open database ${path}`, hint, err);
   }
 }
 
@@ -183,13 +190,12 @@ async function serve(args: string[]): Promise<number> {
     : publicOrigin(values["public-url"]);
   const db = values.db ?? DEFAULT_DB;
   const hostname = values.host ?? "127.0.0.1";
-  const ac = new AbortController();
   // Listen first, so that a taken port or a bad --host creates no database.
   let handler: Deno.ServeHandler<Deno.NetAddr> = () => new Response(null, { status: 503 });
   let server: Deno.HttpServer<Deno.NetAddr>;
   try {
     server = Deno.serve(
-      { hostname, port, signal: ac.signal, onListen() {} },
+      { hostname, port, onListen() {} },
       (req, info) => handler(req, info),
     );
   } catch (err) {
@@ -199,8 +205,7 @@ async function serve(args: string[]): Promise<number> {
   try {
     store = await openStore(db, busyTimeoutMs);
   } catch (err) {
-    ac.abort();
-    await server.finished;
+    await server.shutdown();
     throw err;
   }
   const allowPrivateHookTargets = values["allow-private-hook-targets"] ?? false;
@@ -220,14 +225,31 @@ async function serve(args: string[]): Promise<number> {
     `forgekit stacks: listening on http://${h.includes(":") ? `[${h}]` : h}:${p} (db ${db})`,
   );
   worker.start();
-  const stop = () => ac.abort();
+  // A signal stops new connections; requests in flight are answered (a write
+  // that was committed is never left without its response), for as long as a
+  // write may wait for the lock plus a margin. A second signal stops at once.
+  let stopNow = () => {};
+  const stoppedNow = new Promise<void>((resolve) => stopNow = resolve);
+  let grace: ReturnType<typeof setTimeout> | undefined;
+  const stop = () => {
+    if (grace !== undefined) return stopNow();
+    grace = setTimeout(stopNow, busyTimeoutMs + SHUTDOWN_GRACE_MS);
+    server.shutdown().catch(() => {});
+  };
   Deno.addSignalListener("SIGINT", stop);
   Deno.addSignalListener("SIGTERM", stop);
-  await server.finished;
+  const forced = await Promise.race([
+    server.finished.then(() => false),
+    stoppedNow.then(() => true),
+  ]);
+  clearTimeout(grace);
   Deno.removeSignalListener("SIGINT", stop);
   Deno.removeSignalListener("SIGTERM", stop);
   await worker.stop();
-  await store.close();
+  // Forced, a write may still wait for the lock: the process ends without it
+  // (what it began is not committed), rather than wait on.
+  if (forced) console.error("forgekit stacks: stopped without the requests still in flight");
+  else await store.close();
   return 0;
 }
 

@@ -16,6 +16,7 @@ import {
   strField,
 } from "./http.ts";
 import type { PullRow, RepoRow } from "./model.ts";
+import { moveBranch } from "./routes_repos.ts";
 import { mergeSha } from "./shas.ts";
 import type { PullFilter, Store } from "./store.ts";
 import { pullView, pullViews } from "./views.ts";
@@ -331,6 +332,8 @@ export function pullRoutes(): Hono<Env> {
         await store.putBranch(repo.id, targetBase, baseSha);
         await emitPullEvent(store, ctx, "closed", merged);
       }
+      // Open pull requests from the base (e.g. main into release) now have its new head.
+      await moveBranch(store, ctx, targetBase, baseSha);
       if (plan.retarget !== null) {
         const r = stackPulls.find((x) => x.number === plan.retarget)!;
         if (r.base_ref !== targetBase) {

@@ -11,8 +11,10 @@ import {
   requireUser,
   strField,
 } from "./http.ts";
-import { refJson, repoJson, userJson } from "./render.ts";
+import type { RepoRow, UserRow } from "./model.ts";
+import { refJson, repoJson, type Urls, userJson } from "./render.ts";
 import { initialSha } from "./shas.ts";
+import type { Store } from "./store.ts";
 
 const NAME = /^[A-Za-z0-9._-]{1,100}$/;
 const SHA = /^[0-9a-f]{40}$/;
@@ -20,6 +22,33 @@ const BRANCH = /^(?!\/|.*\/$|.*\/\/|.*\.\.|.*@\{|.*\.lock$)[^\s\p{Cc}~^:?*\[\\]+
 
 /** The longest branch name, in characters (git's own limit is the file system's, 255 bytes). */
 const BRANCH_MAX = 255;
+
+/**
+ * Points branch `name` at `sha` and brings the open pull requests from it up
+ * to date (`head.sha`, a `synchronize` event each), as a push does: through
+ * the refs API, or when a merge moves the base. Call inside the transaction;
+ * resolves to the number of deliveries queued.
+ *
+ * @example
+ * ```ts
+ * const queued = await moveBranch(store, { repo, sender, urls }, "main", sha);
+ * ```
+ */
+export async function moveBranch(
+  store: Store,
+  ctx: { repo: RepoRow; sender: Pick<UserRow, "id" | "login">; urls: Urls },
+  name: string,
+  sha: string,
+): Promise<number> {
+  await store.putBranch(ctx.repo.id, name, sha);
+  let queued = 0;
+  for (const p of await store.openPullsByHead(ctx.repo.id, name)) {
+    if (p.head_sha === sha) continue;
+    const moved = await store.updatePull(p.id, { head_sha: sha });
+    queued += await emitPullEvent(store, ctx, "synchronize", moved);
+  }
+  return queued;
+}
 
 /** Routes for users, repositories and refs. */
 export function repoRoutes(): Hono<Env> {
@@ -158,16 +187,7 @@ export function repoRoutes(): Hono<Env> {
       const b = await store.getBranch(repo.id, name);
       if (!b) throw new ApiError(422, "Reference does not exist");
       if (b.sha !== sha) {
-        await store.putBranch(repo.id, name, sha);
-        for (const p of await store.openPullsByHead(repo.id, name)) {
-          const moved = await store.updatePull(p.id, { head_sha: sha });
-          queued += await emitPullEvent(
-            store,
-            { repo, sender: user, urls: c.get("urls") },
-            "synchronize",
-            moved,
-          );
-        }
+        queued = await moveBranch(store, { repo, sender: user, urls: c.get("urls") }, name, sha);
       }
       return { repo_id: repo.id, name, sha };
     });

@@ -14,6 +14,7 @@ import {
   setLinks,
 } from "./http.ts";
 import type { RepoRow } from "./model.ts";
+import type { Urls } from "./render.ts";
 import { chainPull } from "./routes_pulls.ts";
 import type { Store } from "./store.ts";
 import { stackViews } from "./views.ts";
@@ -30,10 +31,28 @@ async function stackedRepo(c: Ctx, mode: "read" | "write"): Promise<RepoRow> {
   return mode === "write" ? await repoFor(c, "write") : repo;
 }
 
+/**
+ * Inside a change's transaction, the repository read again: a change that
+ * waited for the lock while another process switched stacked pull requests
+ * off is 404, as it would be a moment later, not a stack made after that.
+ */
+async function assertStillStacked(store: Store, repo: RepoRow): Promise<void> {
+  if (!(await store.getRepoById(repo.id))?.allow_stacked_pull_requests) {
+    throw new ApiError(404, "Not Found");
+  }
+}
+
 async function mustGetStack(store: Store, repo: RepoRow, n: number) {
   const s = await store.getStack(repo.id, n);
   if (!s) throw new ApiError(404, "Not Found");
   return s;
+}
+
+/** One stack as JSON, or 404 (also when it was dissolved as it was read: see stackViews). */
+async function stackView(store: Store, repo: RepoRow, n: number, urls: Urls) {
+  const view = (await stackViews(store, repo, [await mustGetStack(store, repo, n)], urls))[0];
+  if (!view) throw new ApiError(404, "Not Found");
+  return view;
 }
 
 /** Routes for stacks. */
@@ -58,14 +77,16 @@ export function stackRoutes(): Hono<Env> {
     const store = c.get("store");
     const { items, total } = await store.listStacks(repo.id, pr, perPage, (page - 1) * perPage);
     setLinks(c, page, perPage, total);
-    return c.json(await stackViews(store, repo, items, c.get("urls")));
+    const views = await stackViews(store, repo, items, c.get("urls"));
+    // A stack the pull request left between the two reads no longer contains it.
+    return c.json(
+      pr === null ? views : views.filter((v) => v.pull_requests.some((p) => p.number === pr)),
+    );
   });
 
   app.get("/repos/:owner/:repo/stacks/:number", async (c) => {
     const repo = await stackedRepo(c, "read");
-    const store = c.get("store");
-    const s = await mustGetStack(store, repo, intParam(c, "number"));
-    return c.json((await stackViews(store, repo, [s], c.get("urls")))[0]);
+    return c.json(await stackView(c.get("store"), repo, intParam(c, "number"), c.get("urls")));
   });
 
   app.post("/repos/:owner/:repo/stacks", async (c) => {
@@ -77,6 +98,7 @@ export function stackRoutes(): Hono<Env> {
     const store = c.get("store");
     const urls = c.get("urls");
     const stack = await store.transaction(async () => {
+      await assertStillStacked(store, repo);
       const pulls = await store.pullsByNumbers(repo.id, numbers);
       const map = new Map(pulls.map((p) => [p.number, chainPull(p)]));
       const bad = chainProblems(numbers, map, null);
@@ -95,10 +117,11 @@ export function stackRoutes(): Hono<Env> {
       for (const p of joined) {
         await emitPullEvent(store, { repo, sender: user, urls }, "stacked", p, { stack: s });
       }
-      return s;
+      // Read in the transaction: the stack as this change left it, whatever commits next.
+      return (await stackViews(store, repo, [s], urls))[0];
     });
     c.get("notify")();
-    return c.json((await stackViews(store, repo, [stack], urls))[0], 201);
+    return c.json(stack, 201);
   });
 
   app.post("/repos/:owner/:repo/stacks/:number/add", async (c) => {
@@ -110,6 +133,7 @@ export function stackRoutes(): Hono<Env> {
     const store = c.get("store");
     const urls = c.get("urls");
     const stack = await store.transaction(async () => {
+      await assertStillStacked(store, repo);
       const s = await mustGetStack(store, repo, n);
       const current = await store.pullsInStacks([s.id]);
       if (!stackOpen(current)) {
@@ -142,10 +166,10 @@ export function stackRoutes(): Hono<Env> {
       for (const p of joined) {
         await emitPullEvent(store, { repo, sender: user, urls }, "stacked", p, { stack: s });
       }
-      return s;
+      return (await stackViews(store, repo, [s], urls))[0];
     });
     c.get("notify")();
-    return c.json((await stackViews(store, repo, [stack], urls))[0]);
+    return c.json(stack);
   });
 
   app.post("/repos/:owner/:repo/stacks/:number/unstack", async (c) => {
@@ -153,6 +177,7 @@ export function stackRoutes(): Hono<Env> {
     const n = intParam(c, "number");
     const store = c.get("store");
     const remaining = await store.transaction(async () => {
+      await assertStillStacked(store, repo);
       const s = await mustGetStack(store, repo, n);
       const current = await store.pullsInStacks([s.id]);
       const { leave, stay } = unstackSplit(
@@ -164,10 +189,10 @@ export function stackRoutes(): Hono<Env> {
       }
       for (const p of leave) await store.updatePull(p.id, { stack_id: null, stack_position: null });
       for (const [i, p] of stay.entries()) await store.updatePull(p.id, { stack_position: i + 1 });
-      return s;
+      return (await stackViews(store, repo, [s], c.get("urls")))[0];
     });
     if (remaining === null) return c.body(null, 204);
-    return c.json((await stackViews(store, repo, [remaining], c.get("urls")))[0]);
+    return c.json(remaining);
   });
 
   return app;

@@ -205,8 +205,26 @@ const STACK_SELECT = `SELECT ${STACK_COLUMNS} FROM stacks s`;
 const REPO_SELECT =
   "SELECT r.*, u.login AS owner_login FROM repos r JOIN users u ON u.id = r.owner_id";
 
+/** SQLITE_CORRUPT and SQLITE_NOTADB: a damaged file, which no retry of the request mends. */
+const CORRUPT_CODES = [11, 26];
+const CORRUPT_MESSAGE = /^(?:database disk image is malformed|file is not a database)\b/;
+
 /** A statement's error as a StoreError when it is a storage failure, else as it is. */
 function failure(err: unknown): unknown {
+  const errcode = (err as { errcode?: unknown } | null)?.errcode;
+  if (
+    err instanceof Error &&
+    (typeof errcode === "number"
+      ? CORRUPT_CODES.includes(errcode & 0xff)
+      : CORRUPT_MESSAGE.test(err.message))
+  ) {
+    // The request was fine: 503, as for a disk that fails, not a 500 and a stack trace.
+    return new StoreError(
+      "io",
+      "Database file is corrupt: check it with PRAGMA integrity_check, or restore a backup",
+      { cause: err },
+    );
+  }
   return sqliteFailure(err) ?? err;
 }
 
@@ -217,10 +235,15 @@ class Connection {
   constructor(path: string, busyTimeoutMs: number) {
     try {
       this.#db = new DatabaseSync(path);
+    } catch (err) {
+      throw failure(err);
+    }
+    try {
       this.#db.exec(
         `PRAGMA busy_timeout = ${busyTimeoutMs}; PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;`,
       );
     } catch (err) {
+      this.#db.close(); // a file that is not a database is left as it was
       throw failure(err);
     }
   }
@@ -360,8 +383,10 @@ class SqliteStore implements Store {
         throw err;
       }
     } else if (version > SCHEMA_VERSION) {
-      throw new Error(
-        `Database ${path} has schema version ${version}, newer than this forgekit (${SCHEMA_VERSION})`,
+      // Closed, so that it leaves no -wal or -shm file beside a database it must not touch.
+      this.#writer.close();
+      throw new RangeError(
+        `Database ${path} has schema version ${version}, newer than this forgekit (${SCHEMA_VERSION}): a newer forgekit wrote it`,
       );
     }
     this.#writer.exec("PRAGMA busy_timeout = 0");

@@ -25,9 +25,15 @@ export async function pullViews(store: Store, repo: RepoRow, pulls: PullRow[], u
     contexts.set(stack.id, { stack, size, baseSha: shaOf(stack.base_ref) });
   }
   const render = pullRenderer(repo, urls);
-  return pulls.map((p) =>
-    render(p, shaOf(p.base_ref), p.stack_id === null ? null : contexts.get(p.stack_id) ?? null)
-  );
+  return pulls.map((p) => {
+    const ctx = p.stack_id === null ? null : contexts.get(p.stack_id) ?? null;
+    // Outside a transaction each read sees the latest commit: a pull request
+    // that left its stack (unstacked, or the stack dissolved) between reading
+    // it and reading the stack has no stack, not a position past its size.
+    // Those that stay are the merged bottom ones, so a leaver's position is
+    // always past the size that remains.
+    return render(p, shaOf(p.base_ref), ctx && p.stack_position! <= ctx.size ? ctx : null);
+  });
 }
 
 /** One pull request as JSON. */
@@ -35,7 +41,12 @@ export async function pullView(store: Store, repo: RepoRow, pull: PullRow, urls:
   return (await pullViews(store, repo, [pull], urls))[0];
 }
 
-/** Stacks as JSON, each with its pull requests bottom to top (one query for any number). */
+/**
+ * Stacks as JSON, each with its pull requests bottom to top (one query for
+ * any number). A stack always holds a pull request (unstacking the last one
+ * dissolves it), so one read with none was dissolved after it was read: it
+ * is left out, not shown empty and closed.
+ */
 export async function stackViews(store: Store, repo: RepoRow, stacks: StackRow[], urls: Urls) {
   const byStack = new Map<number, StackMember[]>();
   for (const p of await store.stackMembers(stacks.map((s) => s.id))) {
@@ -43,5 +54,8 @@ export async function stackViews(store: Store, repo: RepoRow, stacks: StackRow[]
     list.push(p);
     byStack.set(p.stack_id!, list);
   }
-  return stacks.map((s) => stackJson(repo, s, byStack.get(s.id) ?? [], urls));
+  return stacks.flatMap((s) => {
+    const members = byStack.get(s.id);
+    return members ? [stackJson(repo, s, members, urls)] : [];
+  });
 }
