@@ -238,8 +238,24 @@ Deno.test("pull requests: create, validate, list with filters and Link paginatio
     ) {
       assert.ok(f in pr, f);
     }
-    assert.deepEqual(pr.head, { label: "alice:b2", ref: "b2", sha: SHA("2") });
-    assert.deepEqual(pr.base, { label: "alice:b1", ref: "b1", sha: SHA("1") });
+    // As on GitHub, head and base name their repository and its owner (what bots read to spot forks).
+    const repo = (await t.call("GET", "/repos/alice/app")).json;
+    assert.equal(repo.fork, false);
+    assert.deepEqual(pr.head, {
+      label: "alice:b2",
+      ref: "b2",
+      sha: SHA("2"),
+      user: repo.owner,
+      repo,
+    });
+    assert.deepEqual(pr.base, {
+      label: "alice:b1",
+      ref: "b1",
+      sha: SHA("1"),
+      user: repo.owner,
+      repo,
+    });
+    assert.equal(pr.head.repo.full_name, "alice/app");
     assert.equal(pr.stack, null);
     const dupe = await t.call("POST", "/repos/alice/app/pulls", {
       title: "again",

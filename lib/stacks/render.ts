@@ -42,6 +42,7 @@ export function repoJson(r: RepoRow, urls: Urls) {
     visibility: r.private ? "private" : "public",
     owner: userJson({ id: r.owner_id, login: r.owner_login }, urls),
     html_url: `${urls.web}/${full}`,
+    fork: false,
     url: `${urls.api}/repos/${full}`,
     pulls_url: `${urls.api}/repos/${full}/pulls{/number}`,
     hooks_url: `${urls.api}/repos/${full}/hooks`,
@@ -99,6 +100,9 @@ export function pullRenderer(r: RepoRow, urls: Urls) {
   const apiPrefix = `${urls.api}/repos/${full}/pulls/`;
   const webPrefix = `${urls.web}/${full}/pull/`;
   const labelPrefix = `${r.owner_login}:`;
+  // Head and base are branches of this repository (no forks here): both name it and its owner.
+  const repo = repoJson(r, urls);
+  const owner = repo.owner;
   const users = new Map<number, ReturnType<typeof userJson>>();
   return (p: PullRow, baseSha: string, stack: StackContext | null) => {
     let user = users.get(p.user_id);
@@ -115,8 +119,14 @@ export function pullRenderer(r: RepoRow, urls: Urls) {
       body: p.body,
       draft: p.draft,
       user,
-      head: { label: labelPrefix + p.head_ref, ref: p.head_ref, sha: p.head_sha },
-      base: { label: labelPrefix + p.base_ref, ref: p.base_ref, sha: baseSha },
+      head: {
+        label: labelPrefix + p.head_ref,
+        ref: p.head_ref,
+        sha: p.head_sha,
+        user: owner,
+        repo,
+      },
+      base: { label: labelPrefix + p.base_ref, ref: p.base_ref, sha: baseSha, user: owner, repo },
       created_at: p.created_at,
       updated_at: p.updated_at,
       closed_at: p.closed_at,

@@ -151,6 +151,10 @@ async function capture(): Promise<Record<string, Captured>> {
         ).run(at(id), at(40 + (id * 7) % 5), at(90 + id), at(90 + id), id);
       }
       db.prepare("UPDATE stacks SET created_at = ? || id || 'Z'").run("2024-02-01T00:00:0");
+      db.prepare("UPDATE repos SET created_at = ?, updated_at = ?").run(
+        "2024-01-01T00:00:00Z",
+        "2024-01-02T00:00:00Z",
+      );
     } finally {
       db.close();
     }
