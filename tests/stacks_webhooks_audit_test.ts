@@ -261,7 +261,7 @@ Deno.test('config.insecure_ssl is kept as "0"; "1", which the server cannot hono
   }
 });
 
-Deno.test("a synchronize event says which commit the head moved to (after)", async () => {
+Deno.test("a synchronize event says which commits the head moved from and to (before, after)", async () => {
   const t = await setup();
   const r = await pythonReceiver("");
   try {
@@ -270,6 +270,7 @@ Deno.test("a synchronize event says which commit the head moved to (after)", asy
     await t.call("PATCH", "/repos/alice/app/git/refs/heads/b1", { sha: SHA("2") });
     await until("synchronize", () => r.hits.some((x) => x.payload.action === "synchronize"));
     const sync = r.hits.find((x) => x.payload.action === "synchronize")!.payload;
+    assert.equal(sync.before, SHA("1"));
     assert.equal(sync.after, SHA("2"));
     assert.equal(sync.pull_request.head.sha, SHA("2"));
   } finally {
@@ -287,7 +288,7 @@ Deno.test("the deliveries listing pages with page and sends Link, as every listi
       await t.call("PATCH", "/repos/alice/app/pulls/1", { title: `t${i}` });
     }
     const all = (await t.deliveries(h.json.id)).json.map((d: { id: number }) => d.id);
-    assert.equal(all.length, 5);
+    assert.equal(all.length, 6, "the ping and five events");
     const seen: number[] = [];
     let query = "?per_page=2";
     for (let i = 0; i < 5 && query; i++) {
@@ -323,9 +324,10 @@ Deno.test("both signatures verify in Python over the exact bytes, json or form, 
       body,
     });
     assert.equal(p.status, 201);
-    await until("three deliveries", () => r.hits.length === 3);
+    const events = () => r.hits.filter((x) => x.headers["x-github-event"] === "pull_request");
+    await until("three deliveries", () => events().length === 3);
     for (const path of ["/json", "/form"]) {
-      const hit = r.hits.find((x) => x.path === path)!;
+      const hit = events().find((x) => x.path === path)!;
       assert.ok(hit.sha256_ok && hit.sha1_ok, path);
       assert.equal(hit.payload.pull_request.body, body, path);
       assert.equal(
@@ -335,7 +337,7 @@ Deno.test("both signatures verify in Python over the exact bytes, json or form, 
       assert.match(hit.headers["x-github-delivery"], /^[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}$/);
       assert.equal(hit.headers["x-github-hook-installation-target-type"], "repository");
     }
-    const unsigned = r.hits.find((x) => x.path === "/unsigned")!;
+    const unsigned = events().find((x) => x.path === "/unsigned")!;
     assert.equal(unsigned.headers["x-hub-signature-256"], undefined);
     assert.equal(unsigned.headers["x-hub-signature"], undefined);
   } finally {
@@ -388,6 +390,81 @@ Deno.test("X-GitHub-Delivery names the event: every hook gets the same GUID for 
     assert.equal(guid("/a", "opened"), guid("/b", "opened"));
     assert.equal(guid("/a", "edited"), guid("/b", "edited"));
     assert.notEqual(guid("/a", "opened"), guid("/a", "edited"));
+  } finally {
+    await t.close();
+    await r.close();
+  }
+});
+
+Deno.test('a second hook with the same URL is 422 "Hook already exists on this repository", on create and on update', async () => {
+  const t = await setup();
+  try {
+    const first = await t.hook({ url: "http://127.0.0.1:9/ci" });
+    const again = await t.call("POST", "/repos/alice/app/hooks", {
+      config: { url: "http://127.0.0.1:9/ci", content_type: "json" },
+      events: ["push"],
+    });
+    assert.equal(again.status, 422, "a setup script run twice does not double every delivery");
+    const [{ resource, code, message }] = again.json.errors;
+    assert.deepEqual([resource, code, message], [
+      "Hook",
+      "custom",
+      "Hook already exists on this repository",
+    ]);
+    const other = await t.hook({ url: "http://127.0.0.1:9/other" });
+    const moved = await t.call("PATCH", `/repos/alice/app/hooks/${other.json.id}`, {
+      config: { url: "http://127.0.0.1:9/ci" },
+    });
+    assert.equal(moved.status, 422);
+    const same = await t.call("PATCH", `/repos/alice/app/hooks/${first.json.id}`, {
+      config: { url: "http://127.0.0.1:9/ci" },
+      active: false,
+    });
+    assert.equal(same.status, 200, "a hook may keep its own URL");
+    assert.equal((await t.call("GET", "/repos/alice/app/hooks")).json.length, 2);
+  } finally {
+    await t.close();
+  }
+});
+
+Deno.test("a new active hook is pinged at once, whatever its events; an inactive one is not", async () => {
+  const t = await setup();
+  const r = await pythonReceiver("s3cret");
+  try {
+    const h = await t.hook(
+      { url: `${r.url}/new`, secret: "s3cret", content_type: "form" },
+      { events: ["push"] },
+    );
+    assert.deepEqual(h.json.last_response, { code: null, status: "unused", message: null });
+    const off = await t.hook({ url: `${r.url}/off` }, { active: false });
+    await until("the ping", () => r.hits.length === 1);
+    const [ping] = r.hits;
+    assert.equal(ping.path, "/new");
+    assert.equal(ping.headers["x-github-event"], "ping");
+    assert.ok(ping.sha256_ok && ping.sha1_ok);
+    assert.equal(ping.payload.hook_id, h.json.id);
+    assert.deepEqual(ping.payload.hook.last_response, h.json.last_response);
+    assert.deepEqual(ping.payload.hook.config, h.json.config);
+    assert.deepEqual((await t.deliveries(off.json.id)).json, [], "nothing for the inactive hook");
+    await until(
+      "the ping's record",
+      async () => (await t.deliveries(h.json.id)).json[0].status === "OK",
+    );
+    const shown = (await t.call("GET", `/repos/alice/app/hooks/${h.json.id}`)).json;
+    assert.deepEqual(shown.last_response, { code: 200, status: "active", message: "OK" });
+  } finally {
+    await t.close();
+    await r.close();
+  }
+});
+
+Deno.test("deliveries carry GitHub's User-Agent prefix, GitHub-Hookshot/", async () => {
+  const t = await setup();
+  const r = await pythonReceiver("");
+  try {
+    await t.hook({ url: `${r.url}/hook`, content_type: "json" });
+    await until("the ping", () => r.hits.length === 1);
+    assert.match(r.hits[0].headers["user-agent"], /^GitHub-Hookshot\/forgekit-\d+\.\d+\.\d+/);
   } finally {
     await t.close();
     await r.close();

@@ -83,7 +83,8 @@ export function deliveryRequest(
   );
   const headers: Record<string, string> = {
     "content-type": form ? "application/x-www-form-urlencoded" : "application/json",
-    "user-agent": `forgekit-Hookshot/${VERSION}`,
+    // GitHub's prefix: receivers and their firewalls check it.
+    "user-agent": `GitHub-Hookshot/forgekit-${VERSION}`,
     "x-github-event": d.event,
     "x-github-delivery": d.guid,
     "x-github-hook-id": String(hook.id),

@@ -78,12 +78,16 @@ interface Hit {
   body: Uint8Array;
 }
 
-/** A receiver on loopback that records each request and answers with `answer`. */
+/**
+ * A receiver on loopback that records each request and answers with
+ * `answer`; a new hook's ping is answered at once and not recorded.
+ */
 function receiver(
   answer: (req: Request) => Response | Promise<Response> = () => new Response("ok"),
 ) {
   const hits: Hit[] = [];
   const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, async (req) => {
+    if (req.headers.get("x-github-event") === "ping") return new Response("pong");
     hits.push({
       path: new URL(req.url).pathname,
       headers: req.headers,
@@ -413,7 +417,8 @@ async function accounts(
 Deno.test("one account's hooks that never answer take at most its share of the senders: another account's delivery goes out at once", async () => {
   const t = await accounts(["alice", "mallory"], { timeoutMs: 4000 });
   let arrived = 0;
-  const fast = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, () => {
+  const fast = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, (req) => {
+    if (req.headers.get("x-github-event") === "ping") return new Response("pong");
     arrived = performance.now();
     return new Response("ok");
   });

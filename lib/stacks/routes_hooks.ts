@@ -119,6 +119,17 @@ function parseConfig(
   return out;
 }
 
+/** 422 when another of the repository's hooks has this URL: each event would go there twice. */
+async function mustBeNewUrl(store: Store, repo: RepoRow, url: string, self?: number) {
+  if ((await store.listHooks(repo.id)).some((h) => h.url === url && h.id !== self)) {
+    throw validationFailed("Hook", [{
+      field: "url",
+      code: "custom",
+      message: "Hook already exists on this repository",
+    }]);
+  }
+}
+
 /** Hooks as the API shows them, each with its `last_response` (one query for any number). */
 async function hookViews(store: Store, repo: RepoRow, hooks: HookRow[], urls: Urls) {
   const last = await store.lastAttempts(hooks.map((h) => h.id));
@@ -205,7 +216,8 @@ export function hookRoutes(): Hono<Env> {
     const events = parseEvents(body) ?? ["push"];
     const active = boolField(body, "active", "Hook") ?? true;
     const store = c.get("store");
-    const hook = await store.transaction(async () => {
+    const urls = c.get("urls");
+    const view = await store.transaction(async () => {
       // Every hook gets a copy of every event: without a limit, one change could queue any number.
       if ((await store.listHooks(repo.id)).length >= MAX_HOOKS) {
         throw validationFailed("Hook", [{
@@ -214,7 +226,8 @@ export function hookRoutes(): Hono<Env> {
           message: `A repository can have at most ${MAX_HOOKS} hooks; delete one first`,
         }]);
       }
-      return await store.insertHook({
+      await mustBeNewUrl(store, repo, cfg.url!);
+      const hook = await store.insertHook({
         repo_id: repo.id,
         url: cfg.url!,
         secret: cfg.secret ?? null,
@@ -222,8 +235,13 @@ export function hookRoutes(): Hono<Env> {
         active,
         content_type: cfg.content_type ?? "form",
       });
+      const view = await hookView(store, repo, hook, urls);
+      // As GitHub, a new hook is pinged, whatever its events.
+      if (hook.active) await emitPing(store, { repo, sender: requireUser(c), urls }, hook, view);
+      return view;
     });
-    return c.json(await hookView(store, repo, hook, c.get("urls")), 201);
+    c.get("notify")();
+    return c.json(view, 201);
   });
 
   app.get("/repos/:owner/:repo/hooks", async (c) => {
@@ -258,6 +276,7 @@ export function hookRoutes(): Hono<Env> {
     const hook = await store.transaction(async () => {
       const current = await store.getHook(repo.id, id);
       if (!current) throw new ApiError(404, "Not Found");
+      if (cfg.url !== undefined) await mustBeNewUrl(store, repo, cfg.url, id);
       const events = updatedEvents(current.events, change);
       return await store.updateHook(id, { ...cfg, events, active });
     });

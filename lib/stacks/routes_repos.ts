@@ -45,7 +45,7 @@ export async function moveBranch(
   for (const p of await store.openPullsByHead(ctx.repo.id, name)) {
     if (p.head_sha === sha) continue;
     const moved = await store.updatePull(p.id, { head_sha: sha });
-    queued += await emitPullEvent(store, ctx, "synchronize", moved);
+    queued += await emitPullEvent(store, ctx, "synchronize", moved, { before: p.head_sha });
   }
   return queued;
 }
