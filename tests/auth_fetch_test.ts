@@ -659,6 +659,32 @@ Deno.test(
 );
 
 Deno.test(
+  "auth explain skips a cloud-ad entry whose secret variable is unset, as fetch does",
+  opts,
+  async () => {
+    const ad = {
+      hosts: ["dev.azure.com"],
+      provider: "cloud-devops",
+      auth: "cloud-ad",
+      tenant_id: "t",
+      client_id: "c",
+      client_secret_env: "EXPLAIN_AD_SECRET",
+    };
+    const file = await authFile([ad]);
+    const url = "https://dev.azure.com/org/_apis/projects";
+    const unset = await fk(["auth", "explain", url], file);
+    assert.equal(unset.code, 0, unset.stderr);
+    assert.equal(
+      unset.stdout,
+      "1. providers[0] cloud-devops cloud-ad: skipped: $EXPLAIN_AD_SECRET is not set\n2. unauthenticated (when every entry above answers 401/403)\n",
+    );
+    const set = await fk(["auth", "explain", url], file, { EXPLAIN_AD_SECRET: "s3cret-value" });
+    assert.match(set.stdout, /^1\. providers\[0\] cloud-devops cloud-ad: client credentials c @ /);
+    assert.ok(!set.stdout.includes("s3cret-value"));
+  },
+);
+
+Deno.test(
   "auth doctor reports entries, masks tokens, and exits 2 when unusable",
   opts,
   async () => {

@@ -26,7 +26,7 @@ import {
 import { hasUserinfo } from "./entry_use.ts";
 import { entriesForUrl } from "./fetch.ts";
 import { credentialEntries, readCredentialInput } from "./git_credential.ts";
-import { resolveToken, staticToken, tokenSourceLabel } from "./token_source.ts";
+import { resolveToken, staticToken, tokenSourceLabel, tokenWithoutIo } from "./token_source.ts";
 import { INIT_TEMPLATE } from "./init_template.ts";
 import { isLoopbackHost } from "./plain_http.ts";
 import { parseUrlArgument, redactUrl, redactUrlText } from "./redact.ts";
@@ -199,7 +199,8 @@ async function explain(args: string[]): Promise<number> {
   const config = await loadAuthConfig(values["auth-file"]);
   const { entries, notUsed } = entriesForUrl(config, url);
   const tries = entries.map((e) => {
-    const t = e.auth === "cloud-cli" || e.auth === "cloud-ad" ? null : staticToken(e);
+    // As fetch decides: an entry without a token to send is skipped.
+    const t = tokenWithoutIo(e);
     const status = t === null
       ? tokenSourceLabel(e)
       : t.token !== null

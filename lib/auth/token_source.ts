@@ -214,6 +214,20 @@ async function adToken(
 }
 
 /**
+ * What can be told of an entry's token without I/O: the static token, or
+ * why the entry is skipped (also a `cloud-ad` entry whose secret variable
+ * is unset); null when only asking (az, the token endpoint) would tell.
+ */
+export function tokenWithoutIo(entry: AuthEntry): TokenResult | null {
+  if (entry.auth === "cloud-cli") return null;
+  if (entry.auth === "cloud-ad") {
+    if (Deno.env.get(entry.client_secret_env!)) return null;
+    return { token: null, reason: `$${entry.client_secret_env} is not set` };
+  }
+  return staticToken(entry);
+}
+
+/**
  * Resolves the token of any entry. Tokens the entry cannot resolve (an unset
  * variable) skip it; a failing `az` or a rejected secret is an error.
  */
@@ -221,13 +235,14 @@ export async function resolveToken(
   entry: AuthEntry,
   doFetch: (url: string, init: RequestInit) => Promise<Response>,
 ): Promise<TokenResult> {
+  const known = tokenWithoutIo(entry);
+  if (known !== null) return known;
   if (entry.auth === "cloud-cli") {
     const token = await cachedToken("cli", azToken);
     return { token, source: `az CLI ${maskSecret(token)}` };
   }
   if (entry.auth === "cloud-ad") {
-    const secret = Deno.env.get(entry.client_secret_env!);
-    if (!secret) return { token: null, reason: `$${entry.client_secret_env} is not set` };
+    const secret = Deno.env.get(entry.client_secret_env!)!;
     const key = `ad|${
       entry.authority_host ?? DEFAULT_AUTHORITY
     }|${entry.tenant_id}|${entry.client_id}`;
