@@ -102,6 +102,19 @@ interface HostPlan {
 const planCache = new WeakMap<AuthConfig, Map<string, HostPlan>>();
 const NO_PLAN: HostPlan = { entries: [], releaseApi: null };
 
+/**
+ * {@linkcode entriesNotUsedReason} of the parsed (cached, never mutated) URL
+ * objects: a repeated request does not decide again (host checks cost a few
+ * microseconds, as much as the rest of the wrapper).
+ */
+const notUsedCache = new WeakMap<URL, string | null>();
+
+function notUsedReason(url: URL): string | null {
+  let reason = notUsedCache.get(url);
+  if (reason === undefined) notUsedCache.set(url, reason = entriesNotUsedReason(url));
+  return reason;
+}
+
 function hostPlan(config: AuthConfig | null, host: string): HostPlan {
   if (!config) return NO_PLAN;
   let byHost = planCache.get(config);
@@ -416,7 +429,7 @@ function route(
 ): Promise<Response> {
   // auth.json's tokens never travel without TLS (except to this machine), never beside the
   // URL's own credentials, and never to another scheme.
-  const notUsed = entriesNotUsedReason(url);
+  const notUsed = notUsedReason(url);
   const plan = notUsed === null ? hostPlan(config, url.hostname) : NO_PLAN;
   if (
     notUsed !== null && !hasUserinfo(url) && (options.verbose || options.onEvent) &&
