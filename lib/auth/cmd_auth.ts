@@ -44,6 +44,7 @@ Commands:
 
 Options (every command):
   --auth-file PATH    Use this file (default: $FORGEKIT_AUTH_FILE or ~/.forgekit/auth.json)
+  --json              doctor and explain: print JSON
   -h, --help          Show help
 
 Examples:

@@ -60,7 +60,14 @@ const TOKEN_HELP = `forgekit stacks token create: make an API token for a user
 Usage: forgekit stacks token create --user NAME [--db PATH]
 
 Creates the user if needed and prints only the token on stdout. Tokens are
-stored hashed (SHA-256); a lost token cannot be shown again.`;
+stored hashed (SHA-256); a lost token cannot be shown again.
+
+Options:
+  --user NAME   The user (made if new)
+  --db PATH     The server's database (default ${DEFAULT_DB})
+
+Example:
+  TOKEN=$(forgekit stacks token create --user alice)`;
 
 /**
  * Creates the database file owner-only (0600) when it does not exist yet;
