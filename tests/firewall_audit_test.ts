@@ -252,25 +252,17 @@ Deno.test("an allow entry that is a whole top-level domain or carries a port is 
 });
 
 Deno.test(
-  "teardown: firewall audit origins",
-  { sanitizeResources: false, sanitizeOps: false },
-  async () => {
-    await o.close();
-    await Deno.remove(dir, { recursive: true });
-  },
-);
-
-Deno.test(
   "--internal-sandbox run by hand, outside the sandbox's namespaces, is refused before it mounts anything",
   needsNamespaces,
   async () => {
     assertNamespaces();
     // In a mount namespace of the test's own, so that a forgekit that went
-    // ahead would cover only that namespace's /run, not the host's.
+    // ahead would cover only that namespace's /run, not the host's. The spec
+    // is written in there: one without the namespace it was made in, and one
+    // made in the very namespace it is run in (as a session's spec run by hand).
     const session = await Deno.makeTempDir({ dir, prefix: "fw-by-hand-" });
     const specPath = join(session, "sandbox.json");
-    await Deno.writeTextFile(
-      specPath,
+    const spec = (outside: string | undefined) =>
       JSON.stringify({
         sessionDir: session,
         socketPath: join(session, "proxy.sock"),
@@ -282,29 +274,52 @@ Deno.test(
         hideDirs: [],
         uid: null,
         gid: null,
-      }),
-    );
-    const out = await new Deno.Command("unshare", {
-      args: [
-        "--mount",
-        Deno.execPath(),
-        "run",
-        "-A",
-        MAIN_TS,
-        "firewall",
-        "--internal-sandbox",
-        specPath,
-      ],
-      env: baseEnv(),
-      clearEnv: true,
-      stdout: "piped",
-      stderr: "piped",
-    }).output();
-    const stderr = dec.decode(out.stderr);
-    assert.equal(out.code, 2, stderr);
-    assert.equal(
-      stderr,
-      "error: --internal-sandbox runs only inside the sandbox forgekit firewall makes (run: forgekit firewall --allow-domains LIST -- COMMAND)\n",
-    );
+        outside,
+      });
+    for (const outside of [undefined, "@NS@"]) {
+      const template = join(session, "template.json");
+      await Deno.writeTextFile(template, spec(outside));
+      const out = await new Deno.Command("unshare", {
+        args: [
+          ...(Deno.uid() === 0 ? [] : ["--user", "--map-root-user"]),
+          "--mount",
+          "sh",
+          "-c",
+          'sed "s|@NS@|$(readlink /proc/self/ns/mnt)|" "$1" > "$2" && shift 2 && exec "$@"',
+          "sh",
+          template,
+          specPath,
+          Deno.execPath(),
+          "run",
+          "-A",
+          MAIN_TS,
+          "firewall",
+          "--internal-sandbox",
+          specPath,
+        ],
+        env: baseEnv(),
+        clearEnv: true,
+        stdout: "piped",
+        stderr: "piped",
+      }).output();
+      const stderr = dec.decode(out.stderr);
+      if (outside !== undefined) {
+        assert.match(Deno.readTextFileSync(specPath), /"outside":"mnt:\[\d+\]"/);
+      }
+      assert.equal(out.code, 2, `outside ${outside}: ${stderr}`);
+      assert.equal(
+        stderr,
+        "error: --internal-sandbox runs only inside the sandbox forgekit firewall makes (run: forgekit firewall --allow-domains LIST -- COMMAND)\n",
+      );
+    }
+  },
+);
+
+Deno.test(
+  "teardown: firewall audit origins",
+  { sanitizeResources: false, sanitizeOps: false },
+  async () => {
+    await o.close();
+    await Deno.remove(dir, { recursive: true });
   },
 );

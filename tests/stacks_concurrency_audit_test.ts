@@ -359,6 +359,61 @@ Deno.test("a database from a newer forgekit, or a file that is not a database, i
   }
 });
 
+Deno.test("a database from a newer forgekit in rollback-journal mode is refused without switching it to WAL", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "forgekit-refused-journal-" });
+  try {
+    const db = join(dir, "stacks.db");
+    const sql = new DatabaseSync(db);
+    sql.exec("PRAGMA journal_mode = DELETE; CREATE TABLE t (x); PRAGMA user_version = 99");
+    sql.close();
+    await Deno.chmod(db, 0o600);
+    const before = await Deno.readFile(db);
+    for (
+      const args of [
+        ["stacks", "serve", "--db", db, "--port", "0"],
+        ["stacks", "token", "create", "--user", "bob", "--db", db],
+      ]
+    ) {
+      const r = await runForgekit(args, { timeoutMs: 20_000 });
+      assert.equal(r.code, 2, `${args.join(" ")}: ${r.stderr}`);
+      assert.match(r.stderr, /has schema version 99, newer than this forgekit/);
+      // Bytes 18 and 19 of the header say the journal mode (1: rollback, 2: WAL).
+      assert.deepEqual(await Deno.readFile(db), before, args.join(" "));
+    }
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("a SQLite database of another program (a mistyped --db) is refused with exit 2 and left as it was", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "forgekit-foreign-db-" });
+  try {
+    const db = join(dir, "notes.db");
+    const sql = new DatabaseSync(db);
+    sql.exec(
+      "CREATE TABLE notes (id INTEGER PRIMARY KEY, text TEXT); INSERT INTO notes VALUES (1, 'x')",
+    );
+    sql.close();
+    await Deno.chmod(db, 0o600);
+    const before = await Deno.readFile(db);
+    for (
+      const args of [
+        ["stacks", "serve", "--db", db, "--port", "0"],
+        ["stacks", "token", "create", "--user", "bob", "--db", db],
+      ]
+    ) {
+      const r = await runForgekit(args, { timeoutMs: 20_000 });
+      assert.equal(r.code, 2, `${args.join(" ")}: ${r.stdout}${r.stderr}`);
+      assert.equal(r.stdout, "");
+      assert.match(r.stderr, /^error: Cannot open database .*notes\.db: .*not forgekit's.*\n$/);
+      assert.deepEqual(await Deno.readFile(db), before, args.join(" "));
+    }
+    assert.deepEqual((await Array.fromAsync(Deno.readDir(dir))).map((e) => e.name), ["notes.db"]);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
 Deno.test("reads on one server never show a stack another server is dissolving half-way: no empty stack, no position past the size", async () => {
   const w = await workspace("torn");
   const reader = await startStacksServer(w.db);

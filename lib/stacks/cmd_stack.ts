@@ -241,7 +241,7 @@ class Client {
       // A public repository answers without the token: say that it was refused.
       this.#warned = true;
       console.error(printable(
-        `warning: auth.json's token for ${new URL(url).host} was refused (${
+        `warning: auth.json's token for ${new URL(url).hostname} was refused (${
           attempts.refused.join(", ")
         }); answered without it (check the token; run: forgekit auth explain ${url})`,
       ));

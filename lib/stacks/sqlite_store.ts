@@ -238,12 +238,14 @@ class Connection {
     } catch (err) {
       throw failure(err);
     }
+    // WAL is the store's to set, once it knows the file is its own: the
+    // journal mode is written in the file.
     try {
       this.#db.exec(
-        `PRAGMA busy_timeout = ${busyTimeoutMs}; PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;`,
+        `PRAGMA busy_timeout = ${busyTimeoutMs}; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;`,
       );
     } catch (err) {
-      this.#db.close(); // a file that is not a database is left as it was
+      this.#db.close();
       throw failure(err);
     }
   }
@@ -368,7 +370,33 @@ class SqliteStore implements Store {
   constructor(path: string, busyTimeoutMs: number) {
     this.#busyTimeoutMs = busyTimeoutMs;
     this.#writer = new Connection(path, OPEN_BUSY_TIMEOUT_MS);
-    const version = Number(this.#writer.get("PRAGMA user_version")?.user_version ?? 0);
+    let version: number;
+    try {
+      version = Number(this.#writer.get("PRAGMA user_version")?.user_version ?? 0);
+      if (version > SCHEMA_VERSION) {
+        throw new RangeError(
+          `Database ${path} has schema version ${version}, newer than this forgekit (${SCHEMA_VERSION}): a newer forgekit wrote it`,
+        );
+      }
+      // forgekit sets the version in the transaction that makes its tables:
+      // a database at version 0 that has tables is another program's.
+      const tables = version === 0
+        ? this.#writer.all("SELECT name FROM sqlite_master WHERE type = 'table' LIMIT 3")
+        : [];
+      if (tables.length) {
+        throw new Error(
+          `Database ${path} is not forgekit's: it holds another program's tables (${
+            tables.map((t) => t.name).join(", ")
+          })`,
+        );
+      }
+      this.#writer.exec("PRAGMA journal_mode = WAL");
+    } catch (err) {
+      // Closed, so that a file it must not touch (newer, another program's,
+      // or no database) is left as it was: no journal mode, no -wal or -shm.
+      this.#writer.close();
+      throw err;
+    }
     if (version < SCHEMA_VERSION) {
       this.#writer.exec("BEGIN IMMEDIATE");
       try {
@@ -382,12 +410,6 @@ class SqliteStore implements Store {
         this.#writer.rollback();
         throw err;
       }
-    } else if (version > SCHEMA_VERSION) {
-      // Closed, so that it leaves no -wal or -shm file beside a database it must not touch.
-      this.#writer.close();
-      throw new RangeError(
-        `Database ${path} has schema version ${version}, newer than this forgekit (${SCHEMA_VERSION}): a newer forgekit wrote it`,
-      );
     }
     this.#writer.exec("PRAGMA busy_timeout = 0");
     this.#reader = path === ":memory:"
