@@ -6,7 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { baseEnv, MAIN_TS, runForgekit } from "./support/cli.ts";
+import { baseEnv, MAIN_TS, runCommand, runForgekit, type RunResult } from "./support/cli.ts";
 import { startGitAuthServer } from "./support/git_auth_server.ts";
 
 const GH = "ghp_git_SECRET_1234";
@@ -50,40 +50,23 @@ function helper(home: string): string {
   } auth git-credential "$@"; }; f`;
 }
 
-interface Out {
-  code: number;
-  stdout: string;
-  stderr: string;
-}
-
 /** Runs real git with forgekit as its only credential helper (then `extraHelpers`). */
 async function runGit(
   home: string,
   args: string[],
   options: { env?: Record<string, string>; stdin?: string; extraHelpers?: string[] } = {},
-): Promise<Out> {
+): Promise<RunResult> {
   const helpers = [helper(home), ...(options.extraHelpers ?? [])];
-  const child = new Deno.Command("git", {
-    args: [
-      "-c",
-      "credential.helper=",
-      ...helpers.flatMap((h) => ["-c", `credential.helper=${h}`]),
-      ...args,
-    ],
+  return await runCommand("git", [
+    "-c",
+    "credential.helper=",
+    ...helpers.flatMap((h) => ["-c", `credential.helper=${h}`]),
+    ...args,
+  ], {
     cwd: home,
-    env: { ...baseEnv(), ...git.gitEnv(home), GH_TOKEN: GH, BB_TOKEN: BB, ...options.env },
-    clearEnv: true,
-    stdin: options.stdin === undefined ? "null" : "piped",
-    stdout: "piped",
-    stderr: "piped",
-  }).spawn();
-  if (options.stdin !== undefined) {
-    const w = child.stdin.getWriter();
-    await w.write(enc.encode(options.stdin));
-    await w.close();
-  }
-  const out = await child.output();
-  return { code: out.code, stdout: dec.decode(out.stdout), stderr: dec.decode(out.stderr) };
+    env: { ...git.gitEnv(home), GH_TOKEN: GH, BB_TOKEN: BB, ...options.env },
+    stdin: options.stdin,
+  });
 }
 
 /** Runs the helper directly, as git does: `forgekit auth git-credential OP` with `input`. */

@@ -9,14 +9,13 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { buildBundle } from "../build.ts";
-import { baseEnv, MAIN_TS, runForgekit } from "./support/cli.ts";
+import { baseEnv, MAIN_TS, runCommand, runForgekit, type RunResult } from "./support/cli.ts";
 import { gitCgi, makeBareRepo } from "./support/git_server.ts";
 import { assertNamespaces, needsNamespaces } from "./support/namespaces.ts";
 import { startOrigins } from "./support/origin.ts";
+import { clientEnv } from "./support/stacks_server.ts";
 import denoJson from "../deno.json" with { type: "json" };
 
-const dec = new TextDecoder();
-const enc = new TextEncoder();
 const opts = { sanitizeResources: false, sanitizeOps: false };
 
 const root = await Deno.makeTempDir({ prefix: "forgekit bundle audit " });
@@ -29,39 +28,13 @@ await Deno.mkdir(elsewhere);
 await Deno.copyFile(await buildBundle(), installed);
 await Deno.chmod(installed, 0o755);
 
-interface Out {
-  code: number;
-  stdout: string;
-  stderr: string;
-}
-
 /** Runs an executable (the installed bundle, through its shebang) with the tests' clean environment. */
-async function exec(
+function exec(
   cmd: string,
   args: string[],
   options: { env?: Record<string, string>; cwd?: string; stdin?: string } = {},
-): Promise<Out> {
-  const child = new Deno.Command(cmd, {
-    args,
-    cwd: options.cwd ?? elsewhere,
-    env: { ...baseEnv(), ...options.env },
-    clearEnv: true,
-    stdin: options.stdin === undefined ? "null" : "piped",
-    stdout: "piped",
-    stderr: "piped",
-  }).spawn();
-  if (options.stdin !== undefined) {
-    const w = child.stdin.getWriter();
-    await w.write(enc.encode(options.stdin));
-    await w.close();
-  }
-  const timer = setTimeout(() => child.kill("SIGKILL"), 90_000);
-  try {
-    const out = await child.output();
-    return { code: out.code, stdout: dec.decode(out.stdout), stderr: dec.decode(out.stderr) };
-  } finally {
-    clearTimeout(timer);
-  }
+): Promise<RunResult> {
+  return runCommand(cmd, args, { ...options, cwd: options.cwd ?? elsewhere, timeoutMs: 90_000 });
 }
 
 const bundle = (args: string[], options: Parameters<typeof exec>[2] = {}) =>
@@ -201,20 +174,9 @@ Deno.test(
       }
       await call("POST", "/repos/alice/app/pulls", { title: "A", head: "a", base: "main" });
       await call("POST", "/repos/alice/app/pulls", { title: "B", head: "b", base: "a" });
-      const authFile = join(root, "stacks-auth.json");
-      await Deno.writeTextFile(
-        authFile,
-        JSON.stringify({
-          providers: [{
-            hosts: ["127.0.0.1"],
-            provider: "codehost",
-            auth: "bearer",
-            token_env: "STACKS_TOKEN",
-          }],
-        }),
-        { mode: 0o600 },
-      );
-      const env = { FORGEKIT_AUTH_FILE: authFile, STACKS_TOKEN: token, FORGEKIT_API_URL: api };
+      const clientDir = join(root, "stack client");
+      await Deno.mkdir(clientDir);
+      const env = await clientEnv(clientDir, api, token);
       const create = await bundle(["stack", "create", "--repo", "alice/app", "1", "2"], { env });
       assert.equal(create.code, 0, create.stderr);
       const view = await bundle(["stack", "view", "1", "--repo", "alice/app"], { env });

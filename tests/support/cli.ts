@@ -76,8 +76,33 @@ export function denoDir(): string {
  * assert.equal(r.code, 0);
  * ```
  */
-export async function runForgekit(args: string[], options: RunOptions = {}): Promise<RunResult> {
-  const child = spawnForgekit(args, options);
+export function runForgekit(args: string[], options: RunOptions = {}): Promise<RunResult> {
+  return waitFor(spawnForgekit(args, options), options);
+}
+
+/**
+ * Runs any program (git, the installed bundle) as {@linkcode runForgekit}
+ * runs forgekit: the clean environment plus `env`, `stdin`, the time limit.
+ */
+export function runCommand(
+  cmd: string,
+  args: string[],
+  options: Omit<RunOptions, "script"> = {},
+): Promise<RunResult> {
+  const child = new Deno.Command(cmd, {
+    args,
+    cwd: options.cwd,
+    env: { ...baseEnv(), ...options.env },
+    clearEnv: true,
+    stdin: options.stdin !== undefined ? "piped" : "null",
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  return waitFor(child, options);
+}
+
+/** Writes `stdin` (then closes it) and waits, killing the child after the time limit. */
+async function waitFor(child: Deno.ChildProcess, options: RunOptions): Promise<RunResult> {
   if (options.stdin !== undefined) {
     const w = child.stdin.getWriter();
     await w.write(new TextEncoder().encode(options.stdin));
