@@ -356,21 +356,8 @@ class Client:
 
     def connect(self):
         sc = self.sc
-        host, port = sc.get("host", "api.github.com"), int(sc.get("port", 443))
-        phost, pport = sc["proxy"].rsplit(":", 1)
-        raw = socket.create_connection((phost, int(pport)), timeout=10)
-        raw.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
-        answer = b""
-        while b"\r\n\r\n" not in answer:
-            chunk = raw.recv(1)
-            if not chunk:
-                raise RuntimeError(f"CONNECT answer cut short: {answer!r}")
-            answer += chunk
-        if not answer.startswith(b"HTTP/1.1 200"):
-            raise RuntimeError(f"CONNECT refused: {answer!r}")
-        ctx = ssl.create_default_context(cafile=sc["ca"])
-        ctx.set_alpn_protocols(["h2"])
-        self.sock = ctx.wrap_socket(raw, server_hostname=host)
+        self.sock = tunnel_h2(sc["proxy"], sc["ca"], sc.get("host", "api.github.com"),
+                              int(sc.get("port", 443)))
         self.result["alpn"] = self.sock.selected_alpn_protocol()
         if self.result["alpn"] != "h2":
             raise RuntimeError(f"ALPN: the server chose {self.result['alpn']!r}, not h2")
@@ -526,6 +513,24 @@ class Client:
             s["sent"]["sha256"] = s.pop("_sent_hash").hexdigest()
             s["body"] = body.decode("utf-8", "replace") if s["length"] <= BODY_TEXT_MAX else None
         return self.result
+
+
+def tunnel_h2(proxy, ca, host, port=443):
+    """A TLS socket offering h2, through a CONNECT to host:port on the proxy (host:port)."""
+    phost, pport = proxy.rsplit(":", 1)
+    raw = socket.create_connection((phost, int(pport)), timeout=10)
+    raw.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
+    answer = b""
+    while b"\r\n\r\n" not in answer:
+        chunk = raw.recv(1)
+        if not chunk:
+            raise RuntimeError(f"CONNECT answer cut short: {answer!r}")
+        answer += chunk
+    if not answer.startswith(b"HTTP/1.1 200"):
+        raise RuntimeError(f"CONNECT refused: {answer!r}")
+    ctx = ssl.create_default_context(cafile=ca)
+    ctx.set_alpn_protocols(["h2"])
+    return ctx.wrap_socket(raw, server_hostname=host)
 
 
 def frame_bytes(ftype, flags, sid, payload):

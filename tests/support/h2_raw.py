@@ -52,6 +52,8 @@ import time
 
 import hpack
 
+from h2_client import tunnel_h2
+
 MAGIC = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 WRITE_BATCH = 64 * 1024
 
@@ -78,21 +80,7 @@ class Connection:
     # --- connection ---
 
     def connect(self):
-        host = self.sc.get("host", "api.github.com")
-        ph, pp = self.sc["proxy"].rsplit(":", 1)
-        raw = socket.create_connection((ph, int(pp)), timeout=10)
-        raw.sendall(f"CONNECT {host}:443 HTTP/1.1\r\nHost: {host}:443\r\n\r\n".encode())
-        head = b""
-        while b"\r\n\r\n" not in head:
-            got = raw.recv(1)
-            if not got:
-                raise RuntimeError(f"CONNECT answer cut short: {head!r}")
-            head += got
-        if not head.startswith(b"HTTP/1.1 200"):
-            raise RuntimeError(f"CONNECT refused: {head!r}")
-        ctx = ssl.create_default_context(cafile=self.sc["ca"])
-        ctx.set_alpn_protocols(["h2"])
-        self.sock = ctx.wrap_socket(raw, server_hostname=host)
+        self.sock = tunnel_h2(self.sc["proxy"], self.sc["ca"], self.sc.get("host", "api.github.com"))
         if self.sock.selected_alpn_protocol() != "h2":
             raise RuntimeError(f"ALPN chose {self.sock.selected_alpn_protocol()!r}, not h2")
 
