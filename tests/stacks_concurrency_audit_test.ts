@@ -624,9 +624,15 @@ Deno.test("client processes racing on two servers over overlapping pull requests
     }));
     const text = JSON.stringify(statuses);
     assert.ok(!/ 5\d\d"/.test(text), text);
-    for (const ok of ["create 201", "unstack 200", "unstack 204", "merge 200", "reopen 200"]) {
+    // Each kind of change took effect at least once (an unstack leaves merged members, a 200,
+    // only when a merge happened to land in that stack first: either answer counts).
+    for (const ok of ["create 201", "merge 200", "reopen 200"]) {
       assert.ok(statuses[ok] > 0, `no ${ok}: ${text}`);
     }
+    assert.ok(
+      (statuses["unstack 200"] ?? 0) + (statuses["unstack 204"] ?? 0) > 0,
+      `no unstack: ${text}`,
+    );
   } finally {
     await a.stop();
     await b.stop();
