@@ -89,7 +89,12 @@ export function runCommand(
   args: string[],
   options: Omit<RunOptions, "script"> = {},
 ): Promise<RunResult> {
-  const child = new Deno.Command(cmd, {
+  return waitFor(spawn(cmd, args, options), options);
+}
+
+/** Starts a program with the clean environment plus `env` (stdin piped when given). */
+function spawn(cmd: string, args: string[], options: RunOptions): Deno.ChildProcess {
+  return new Deno.Command(cmd, {
     args,
     cwd: options.cwd,
     env: { ...baseEnv(), ...options.env },
@@ -98,7 +103,6 @@ export function runCommand(
     stdout: "piped",
     stderr: "piped",
   }).spawn();
-  return waitFor(child, options);
 }
 
 /** Writes `stdin` (then closes it) and waits, killing the child after the time limit. */
@@ -127,15 +131,11 @@ async function waitFor(child: Deno.ChildProcess, options: RunOptions): Promise<R
 
 /** Starts `forgekit ARGS…` and returns the child process (stdout/stderr piped). */
 export function spawnForgekit(args: string[], options: RunOptions = {}): Deno.ChildProcess {
-  return new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", "--quiet", options.script ?? MAIN_TS, ...args],
-    cwd: options.cwd,
-    env: { ...baseEnv(), ...options.env },
-    clearEnv: true,
-    stdin: options.stdin !== undefined ? "piped" : "null",
-    stdout: "piped",
-    stderr: "piped",
-  }).spawn();
+  return spawn(
+    Deno.execPath(),
+    ["run", "-A", "--quiet", options.script ?? MAIN_TS, ...args],
+    options,
+  );
 }
 
 /** What a run on a terminal gave back: what the terminal showed, and what stdout's file got. */
