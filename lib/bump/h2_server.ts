@@ -6,9 +6,11 @@
  * windows (RFC 9113).
  *
  * Malformed requests (`h2_request.ts`) get a 400 and are never handed on.
- * Request bodies are streamed, and each stream's window is only reopened as
- * its body is read, so a connection holds at most one window of unread
- * bytes per stream (copied, so that small frames cost their bytes). Limits:
+ * Request bodies are streamed. A stream's window is only reopened as its
+ * body is read, and the connection's as the bodies of all its streams are
+ * read or let go, so a connection holds at most 2 MiB of unread bytes
+ * however many streams it has (copied, so that small frames cost their
+ * bytes). Limits:
  * 100 concurrent streams, 64 KiB of header list, 128 KiB of header block
  * on the wire. A client that resets streams as fast as it opens them
  * (CVE-2023-44487), or makes the server reset them (CVE-2025-8671), floods
@@ -57,8 +59,19 @@ import {
 export const MAX_STREAMS = 100;
 /** Each stream's receive window: unread request body bytes held per stream. */
 const STREAM_WINDOW = 256 * 1024;
-/** The connection's receive window (reopened as bytes arrive; streams bound memory). */
-const CONN_WINDOW = 16 * 1024 * 1024;
+/**
+ * The connection's receive window: unread request body bytes held across all
+ * its streams. It is given back only as those bytes are read or let go, not
+ * as they arrive, so 100 streams to origins that read slowly hold this much,
+ * not 100 stream windows (Go's http2 server and Kestrel hold 1 MiB). Eight
+ * stream windows: one upload is only ever paced by its own.
+ */
+const CONN_WINDOW = 2 * 1024 * 1024;
+/**
+ * The connection window given back in one WINDOW_UPDATE, unless the client
+ * has less than that left (then at once: it may be waiting for it).
+ */
+const CONN_REFRESH = STREAM_WINDOW / 2;
 /** The largest decoded header list accepted (a larger one gets 431). */
 const MAX_HEADER_LIST = 64 * 1024;
 /**
@@ -120,8 +133,12 @@ interface Stream {
   received: number;
   length: number | null;
   queue: Uint8Array[];
+  /** The bytes in `queue`: held against the connection's window. */
+  held: number;
   /** Room left in the buffer of the queue's last chunk, for the next small frame. */
   spare: number;
+  /** Nothing will read the body: its DATA is dropped as it comes. */
+  unread: boolean;
   /** The client ended its side (END_STREAM). */
   remoteClosed: boolean;
   /** Our side ended (END_STREAM or RST_STREAM sent, or reset by the client). */
@@ -173,7 +190,13 @@ class H2Connection {
   #peerWindow = DEFAULT_WINDOW;
   #peerFrameSize = MIN_FRAME_SIZE;
   #connSendWindow = DEFAULT_WINDOW;
-  #connReceived = 0;
+  /** What the client may still send on the connection (our first WINDOW_UPDATE counted at once). */
+  #connRecvWindow = CONN_WINDOW;
+  /** DATA bytes no longer held (read, let go, never queued) and not yet given back. */
+  #connOwed = 0;
+  /** The connection is over: nothing more is given back. */
+  #over = false;
+  #flushQueued = false;
   #windowWaiters = new Set<() => void>();
   /** Control frames answered while reading one chunk, written together. */
   #pending: Uint8Array[] = [];
@@ -217,6 +240,8 @@ class H2Connection {
       status: reply.status,
       why,
     });
+    // No handler reads this stream's body.
+    stream.unread = true;
     this.#start(stream, reply);
   }
 
@@ -250,6 +275,7 @@ class H2Connection {
       clearInterval(watch);
       this.#flush();
       this.#goingAway = true;
+      this.#over = true;
       for (const stream of this.#streams.values()) {
         this.#abort(stream, new Error("the connection ended"));
       }
@@ -414,6 +440,16 @@ class H2Connection {
     this.#pending.push(bytes);
   }
 
+  /** Flushes once the current turn is done (a frame loop flushes on its own meanwhile). */
+  #flushSoon(): void {
+    if (this.#flushQueued) return;
+    this.#flushQueued = true;
+    queueMicrotask(() => {
+      this.#flushQueued = false;
+      this.#flush();
+    });
+  }
+
   #flush(): void {
     if (this.#pending.length === 0 || this.#io.closed) return;
     const out = concat(this.#pending);
@@ -450,16 +486,16 @@ class H2Connection {
       throw new H2ConnectionError(ErrorCode.PROTOCOL_ERROR, "DATA on an idle stream");
     }
     // The connection window counts every DATA byte, padding and dropped frames included.
-    this.#connReceived += payload.byteLength;
-    if (this.#connReceived > CONN_WINDOW) {
+    this.#connRecvWindow -= payload.byteLength;
+    if (this.#connRecvWindow < 0) {
       throw new H2ConnectionError(
         ErrorCode.FLOW_CONTROL_ERROR,
         "the connection window was overrun",
       );
     }
-    if (this.#connReceived >= CONN_WINDOW / 2) {
-      this.#control(windowUpdateFrame(0, this.#connReceived));
-      this.#connReceived = 0;
+    // Window updates answer DATA: a client that sends without reading them floods.
+    if (this.#controlUnsent > FLOOD_BYTES) {
+      throw new H2ConnectionError(ErrorCode.ENHANCE_YOUR_CALM, "control frames not read");
     }
     const data = this.#unpad(flags, payload);
     const end = (flags & Flag.END_STREAM) !== 0;
@@ -467,18 +503,25 @@ class H2Connection {
     const stream = this.#streams.get(id);
     if (stream === undefined || stream.reset) {
       // Frames the client sent before it saw our RST_STREAM are dropped (§5.1).
+      this.#giveBack(payload.byteLength);
       if (this.#closed.get(id) !== true) this.#streamError(id, ErrorCode.STREAM_CLOSED);
       return;
     }
-    if (stream.remoteClosed) return this.#streamError(id, ErrorCode.STREAM_CLOSED);
+    if (stream.remoteClosed) {
+      this.#giveBack(payload.byteLength);
+      return this.#streamError(id, ErrorCode.STREAM_CLOSED);
+    }
     stream.recvWindow -= payload.byteLength;
     if (stream.recvWindow < 0) {
       throw new H2ConnectionError(ErrorCode.FLOW_CONTROL_ERROR, `stream ${id} window overrun`);
     }
-    // Padding counts as read at once.
+    // Padding counts as read at once. A body nothing will read holds nothing
+    // either, but its stream stays shut: it is being answered and ended.
+    const kept = stream.unread ? 0 : data.byteLength;
     stream.consumed += payload.byteLength - data.byteLength;
     stream.received += data.byteLength;
-    if (data.byteLength) this.#queue(stream, data);
+    this.#giveBack(payload.byteLength - kept);
+    if (kept) this.#queue(stream, data);
     if (end) stream.remoteClosed = true;
     if (
       stream.length !== null &&
@@ -491,9 +534,25 @@ class H2Connection {
       );
       return this.#streamError(id, ErrorCode.PROTOCOL_ERROR);
     }
-    // A window spent on padding alone is reopened here: no read will.
-    if (stream.queue.length === 0) this.#reopen(stream);
+    // A window spent on padding is reopened here: no read will.
+    this.#reopen(stream);
     stream.wake?.();
+  }
+
+  /**
+   * Gives back connection window for DATA bytes no longer held: in steps of
+   * CONN_REFRESH, or at once when the client has less than is owed left.
+   */
+  #giveBack(n: number): void {
+    this.#connOwed += n;
+    const owed = this.#connOwed;
+    if (owed === 0 || this.#over || (owed < CONN_REFRESH && owed < this.#connRecvWindow)) return;
+    this.#connRecvWindow += owed;
+    this.#connOwed = 0;
+    // Not #control: this may run outside the frame loop (a read, a reset), where
+    // the loop's own check cannot catch a flood; #onData checks instead.
+    this.#pending.push(windowUpdateFrame(0, owed));
+    this.#flushSoon();
   }
 
   /**
@@ -502,22 +561,40 @@ class H2Connection {
    * 1-byte frames costs about its bytes, not an object per frame.
    */
   #queue(stream: Stream, data: Uint8Array): void {
+    stream.held += data.byteLength;
     const queue = stream.queue;
     const last = queue.length ? queue[queue.length - 1] : undefined;
-    if (last !== undefined && stream.spare >= data.byteLength) {
-      const grown = new Uint8Array(last.buffer, last.byteOffset, last.byteLength + data.byteLength);
-      grown.set(data, last.byteLength);
+    // The last buffer is filled up first, so that only it has room to spare:
+    // a stream holds its bytes plus at most one part-filled buffer.
+    let rest = data;
+    if (last !== undefined && stream.spare > 0) {
+      const n = Math.min(stream.spare, rest.byteLength);
+      const grown = new Uint8Array(last.buffer, last.byteOffset, last.byteLength + n);
+      grown.set(rest.subarray(0, n), last.byteLength);
       queue[queue.length - 1] = grown;
-      stream.spare -= data.byteLength;
-    } else if (data.byteLength >= GATHER) {
-      queue.push(data.slice());
+      stream.spare -= n;
+      rest = rest.subarray(n);
+    }
+    if (rest.byteLength === 0) return;
+    if (rest.byteLength >= GATHER) {
+      queue.push(rest.slice());
       stream.spare = 0;
     } else {
       const buf = new Uint8Array(GATHER);
-      buf.set(data);
-      queue.push(buf.subarray(0, data.byteLength));
-      stream.spare = GATHER - data.byteLength;
+      buf.set(rest);
+      queue.push(buf.subarray(0, rest.byteLength));
+      stream.spare = GATHER - rest.byteLength;
     }
+  }
+
+  /** Lets the queued body go, its window given back to the connection; later DATA is dropped. */
+  #letGo(stream: Stream): void {
+    stream.unread = true;
+    stream.queue = [];
+    stream.spare = 0;
+    const held = stream.held;
+    stream.held = 0;
+    this.#giveBack(held);
   }
 
   /** Reopens a stream's window once half of it has been read. */
@@ -628,7 +705,9 @@ class H2Connection {
       received: 0,
       length: null,
       queue: [],
+      held: 0,
       spare: 0,
+      unread: false,
       remoteClosed: endStream,
       localClosed: false,
       reset: false,
@@ -707,6 +786,9 @@ class H2Connection {
       } catch {
         this.#resetStream(stream.id, ErrorCode.INTERNAL_ERROR);
       } finally {
+        // Answered with body bytes still unread: they are not wanted, and a
+        // read still to come fails rather than find the body ended early.
+        if (stream.held > 0) this.#fail(stream, new Error("the response ended first"));
         this.#close(stream);
         this.#flush();
       }
@@ -755,20 +837,20 @@ class H2Connection {
           stream.wake = null;
         }
         const chunk = stream.queue.shift()!;
+        stream.held -= chunk.byteLength;
         stream.consumed += chunk.byteLength;
         this.#reopen(stream);
+        this.#giveBack(chunk.byteLength);
         this.#flush();
         controller.enqueue(chunk);
       },
-      cancel: () => {
-        stream.queue = [];
-      },
+      cancel: () => this.#letGo(stream),
     }, { highWaterMark: 0 });
   }
 
   #fail(stream: Stream, error: Error): void {
     stream.failure ??= error;
-    stream.queue = [];
+    this.#letGo(stream);
     stream.wake?.();
   }
 
