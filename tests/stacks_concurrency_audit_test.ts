@@ -348,7 +348,7 @@ Deno.test("a database from a newer forgekit, or a file that is not a database, i
     const newer = await runForgekit(["stacks", "serve", "--db", w.db, "--port", "0"]);
     assert.match(
       newer.stderr,
-      /^error: Cannot open database .*: Database .* has schema version 99, newer than this forgekit \(4\).*\(run the forgekit that wrote it, or pass another --db\)\n$/,
+      /^error: Cannot open database .*: Database .* has schema version 99, newer than this forgekit \(5\).*\(run the forgekit that wrote it, or pass another --db\)\n$/,
     );
     const notDb = await runForgekit(["stacks", "serve", "--db", junk, "--port", "0"]);
     assert.match(notDb.stderr, /^error: Cannot open database .*junk\.db: Database file is corrupt/);

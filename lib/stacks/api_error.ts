@@ -43,8 +43,8 @@ export const BUSY_RETRY_AFTER = 2;
 /**
  * The API error for a storage failure: the request was fine and nothing was
  * changed, so it is never a 500. A lock held elsewhere is 503 with
- * `Retry-After`; a full disk 507 Insufficient Storage; a read-only file or a
- * disk error 503.
+ * `Retry-After`; a full disk 507 Insufficient Storage; a read-only file, a
+ * disk error or a database upgraded by a newer forgekit 503.
  *
  * @example
  * ```ts
@@ -76,6 +76,12 @@ export function storeApiError(err: StoreError): ApiError {
       return new ApiError(
         503,
         "Service unavailable: the server cannot read or write its database (disk I/O error); nothing was changed",
+        { cause },
+      );
+    case "schema":
+      return new ApiError(
+        503,
+        "Service unavailable: a newer version of the server upgraded its database; nothing was changed",
         { cause },
       );
   }

@@ -78,6 +78,24 @@ function cachedResponse(
   return new Response(hit.body, { status: 200, headers });
 }
 
+/**
+ * An error's stack for the log, made {@linkcode printable}: its message may
+ * hold a request's text (a path, a branch name), and so may a frame (a
+ * function or file name). The frames' own line breaks stay; the message's,
+ * like any other control character, are escaped, so it cannot add lines.
+ */
+function printableStack(err: Error): string {
+  // V8 starts a stack with the error's name and message, then a frame a line;
+  // a stack of another shape (a message changed after the throw) is one line.
+  const head = String(err);
+  const stack = err.stack ?? head;
+  const frames = stack.slice(head.length);
+  if (!stack.startsWith(head) || !(frames === "" || frames.startsWith("\n"))) {
+    return printable(stack);
+  }
+  return [head, ...frames.split("\n").slice(1)].map(printable).join("\n");
+}
+
 /** The SHA-256 hex of a token, as tokens are stored. */
 export function hashToken(token: string): string {
   return createHash("sha256").update(token).digest("hex");
@@ -189,10 +207,9 @@ export function createApp(options: AppOptions): Hono<Env> {
     if (err instanceof HTTPException) {
       return c.json(errorBody(err.status, err.message || "Error"), err.status);
     }
-    // The stack's own newlines stay; the request's text cannot add lines.
     console.error(
       `forgekit stacks: internal error on ${printable(`${c.req.method} ${c.req.path}`)}: ${
-        err.stack ?? err
+        printableStack(err)
       }`,
     );
     return c.json(errorBody(500, "Internal Server Error"), 500);

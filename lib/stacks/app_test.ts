@@ -733,3 +733,42 @@ Deno.test("a hook's content_type is form (GitHub's default) or json; anything el
     await t.close();
   }
 });
+
+Deno.test("an unexpected error is logged with its stack, and the request's text in it neither writes escapes nor adds lines", async () => {
+  const store = openSqliteStore(":memory:");
+  // A store that fails as a bug would, with the request's owner in the message.
+  const failing = new Proxy(store, {
+    get(target, prop) {
+      if (prop === "getRepo") {
+        return (owner: string) => {
+          throw new TypeError(`Cannot read the repositories of ${owner}`);
+        };
+      }
+      const value = Reflect.get(target, prop, target);
+      return typeof value === "function" ? value.bind(target) : value;
+    },
+  });
+  const logged: string[] = [];
+  const consoleError = console.error;
+  console.error = (...args: unknown[]) => logged.push(args.join(" "));
+  try {
+    const owner = "\x1b[2J\x1b]0;pwned\x07\rx\nforgekit stacks: a forged line\u202e";
+    const res = await createApp({ store: failing }).request(
+      `/repos/${encodeURIComponent(owner)}/app`,
+    );
+    assert.equal(res.status, 500);
+    assert.equal((await res.json()).message, "Internal Server Error");
+  } finally {
+    console.error = consoleError;
+    await store.close();
+  }
+  assert.equal(logged.length, 1);
+  const [first, ...frames] = logged[0].split("\n");
+  assert.equal(
+    first,
+    "forgekit stacks: internal error on GET /repos/\\x1b[2J\\x1b]0%3Bpwned\\x07\\x0dx\\x0aforgekit stacks%3A a forged line\\u202e/app: " +
+      "TypeError: Cannot read the repositories of \\x1b[2J\\x1b]0;pwned\\x07\\x0dx\\x0aforgekit stacks: a forged line\\u202e",
+  );
+  assert.ok(frames.length > 0, "the stack's frames are kept");
+  for (const frame of frames) assert.match(frame, /^ {4}at \S/);
+});

@@ -3,6 +3,8 @@
  * form a stack, be added to one, leave one, and what merging one does.
  */
 
+import type { PullRow } from "./model.ts";
+
 /** The facts about a pull request that the rules look at. */
 export interface ChainPull {
   number: number;
@@ -12,6 +14,19 @@ export interface ChainPull {
   head_ref: string;
   base_ref: string;
   stack_id: number | null;
+}
+
+/** A stored pull request as the rules see it. */
+export function chainPull(p: PullRow): ChainPull {
+  return {
+    number: p.number,
+    state: p.state,
+    merged: p.merged_at !== null,
+    draft: p.draft,
+    head_ref: p.head_ref,
+    base_ref: p.base_ref,
+    stack_id: p.stack_id,
+  };
 }
 
 /** One problem, as a GitHub validation error entry. */
@@ -167,4 +182,39 @@ export function mergePlan(stack: readonly ChainPull[], index: number): MergePlan
   }
   const above = stack.slice(index + 1).find((p) => !p.merged);
   return { ok: true, merge, retarget: above ? above.number : null };
+}
+
+/** A pull request's `mergeable` and `mergeable_state`, as GitHub shows them. */
+export interface Mergeability {
+  mergeable: boolean | null;
+  mergeable_state: "clean" | "draft" | "blocked" | "dirty" | "unknown";
+}
+
+/**
+ * What GitHub's `mergeable` and `mergeable_state` say of the pull request at
+ * `index` of a stack (a standalone one is a stack of one), whose merge
+ * would land on a branch that exists or not (`baseExists`). The server
+ * keeps shas, not commits, so nothing conflicts: `mergeable` is whether a
+ * merge commit can be made at all, and the state says what else decides it.
+ * A closed or merged pull request is not looked at (null, `unknown`, as
+ * GitHub shows a merged one); a draft is `draft`; one that {@linkcode
+ * mergePlan} refuses (a closed or draft pull request below it) `blocked`.
+ *
+ * @example
+ * ```ts
+ * mergeability([{ ...bottom, state: "closed" }, top], 1, true); // { mergeable: true, mergeable_state: "blocked" }
+ * ```
+ */
+export function mergeability(
+  stack: readonly ChainPull[],
+  index: number,
+  baseExists: boolean,
+): Mergeability {
+  const target = stack[index];
+  if (target.merged || target.state !== "open") {
+    return { mergeable: null, mergeable_state: "unknown" };
+  }
+  if (!baseExists) return { mergeable: false, mergeable_state: "dirty" };
+  if (target.draft) return { mergeable: true, mergeable_state: "draft" };
+  return { mergeable: true, mergeable_state: mergePlan(stack, index).ok ? "clean" : "blocked" };
 }

@@ -2,6 +2,8 @@ import assert from "node:assert/strict";
 import {
   chainProblems,
   type ChainPull,
+  type Mergeability,
+  mergeability,
   mergePlan,
   requestedNumbers,
   stackOpen,
@@ -119,4 +121,50 @@ Deno.test("stackOpen() and unstackSplit() follow the specification", () => {
   const split = unstackSplit([{ merged: true, n: 1 }, { merged: false, n: 2 }]);
   assert.deepEqual(split.stay.map((p) => p.n), [1]);
   assert.deepEqual(split.leave.map((p) => p.n), [2]);
+});
+
+Deno.test("mergeability() says mergeable and mergeable_state as GitHub does, by the merge rules", () => {
+  const s = [pr(1, "main", "a"), pr(2, "a", "b"), pr(3, "b", "c")];
+  const merged = { state: "closed" as const, merged: true };
+  const cases: [string, ChainPull[], number, boolean, Mergeability][] = [
+    ["open, nothing below", s, 0, true, { mergeable: true, mergeable_state: "clean" }],
+    ["open, open below (merged with it)", s, 2, true, {
+      mergeable: true,
+      mergeable_state: "clean",
+    }],
+    ["merged", [{ ...s[0], ...merged }], 0, true, { mergeable: null, mergeable_state: "unknown" }],
+    [
+      "closed, not merged",
+      [{ ...s[0], state: "closed" }],
+      0,
+      true,
+      { mergeable: null, mergeable_state: "unknown" },
+    ],
+    ["a draft", [{ ...s[0], draft: true }], 0, true, { mergeable: true, mergeable_state: "draft" }],
+    [
+      "a draft below",
+      [s[0], { ...s[1], draft: true }, s[2]],
+      2,
+      true,
+      { mergeable: true, mergeable_state: "blocked" },
+    ],
+    [
+      "a closed one below",
+      [{ ...s[0], state: "closed" }, s[1]],
+      1,
+      true,
+      { mergeable: true, mergeable_state: "blocked" },
+    ],
+    [
+      "merged ones below",
+      [{ ...s[0], ...merged }, s[1]],
+      1,
+      true,
+      { mergeable: true, mergeable_state: "clean" },
+    ],
+    ["no base branch", s, 0, false, { mergeable: false, mergeable_state: "dirty" }],
+  ];
+  for (const [what, stack, index, baseExists, want] of cases) {
+    assert.deepEqual(mergeability(stack, index, baseExists), want, what);
+  }
 });

@@ -105,10 +105,15 @@ async function openStore(path: string, busyTimeoutMs?: number): Promise<Store> {
     }
     return openSqliteStore(path, { busyTimeoutMs });
   } catch (err) {
-    // A database that cannot be opened leaves no directory or file of ours behind.
-    if (made) await Deno.remove(made, { recursive: true }).catch(() => {});
-    else if (createdFile) await Deno.remove(path).catch(() => {});
-    const hint = err instanceof RangeError // a schema version newer than this forgekit's
+    const newer = err instanceof RangeError; // a schema version newer than this forgekit's
+    // A database that cannot be opened leaves no directory or file of ours
+    // behind. A file made here that holds a newer forgekit's schema is no
+    // longer ours: that forgekit opened it at the same moment, and uses it.
+    if (!newer) {
+      if (made) await Deno.remove(made, { recursive: true }).catch(() => {});
+      else if (createdFile) await Deno.remove(path).catch(() => {});
+    }
+    const hint = newer
       ? "run the forgekit that wrote it, or pass another --db"
       : "check --db and its permissions";
     throw usageError(`Cannot open database ${path}`, hint, err);
@@ -199,11 +204,18 @@ async function serve(args: string[]): Promise<number> {
   const hostname = values.host ?? "127.0.0.1";
   // Listen first, so that a taken port or a bad --host creates no database.
   let handler: Deno.ServeHandler<Deno.NetAddr> = () => new Response(null, { status: 503 });
+  // Requests whose response is not sent yet: what a forced stop cuts off.
+  let inFlight = 0;
+  const settled = () => inFlight--;
   let server: Deno.HttpServer<Deno.NetAddr>;
   try {
     server = Deno.serve(
       { hostname, port, onListen() {} },
-      (req, info) => handler(req, info),
+      (req, info) => {
+        inFlight++;
+        info.completed.then(settled, settled);
+        return handler(req, info);
+      },
     );
   } catch (err) {
     throw listenError(err, hostname, port);
@@ -253,10 +265,14 @@ async function serve(args: string[]): Promise<number> {
   Deno.removeSignalListener("SIGINT", stop);
   Deno.removeSignalListener("SIGTERM", stop);
   await worker.stop();
-  // Forced, a write may still wait for the lock: the process ends without it
-  // (what it began is not committed), rather than wait on.
-  if (forced) console.error("forgekit stacks: stopped without the requests still in flight");
-  else await store.close();
+  // Forced with requests in flight, a write may still wait for the lock: the
+  // process ends without it (what it began is not committed), rather than
+  // wait on. Forced with none (only idle connections were left open, such as
+  // an HTTP/2 client's), nothing was cut off.
+  const cutOff = forced ? inFlight : 0;
+  if (cutOff > 0) {
+    console.error(`forgekit stacks: stopped without the requests still in flight: ${cutOff}`);
+  } else await store.close();
   return 0;
 }
 

@@ -48,6 +48,9 @@ export interface PullRow {
   merge_commit_sha: string | null;
   stack_id: number | null;
   stack_position: number | null;
+  /** Who merged it; null when not merged, or merged before forgekit kept it (schema version 5). */
+  merged_by_id: number | null;
+  merged_by_login: string | null;
 }
 
 /** A pull request as a stack lists it: its `pull_requests` entries, bottom to top. */

@@ -83,7 +83,7 @@ Deno.test("a version 2 database gets the listing indexes when opened", async () 
       PRAGMA user_version = 2;`);
     await openSqliteStore(file).close();
     const version = db.prepare("PRAGMA user_version").get() as { user_version: number };
-    assert.equal(version.user_version, 4);
+    assert.equal(version.user_version, 5);
     const q = pullListQuery(1, { state: "open", sort: "updated", direction: "desc" });
     assert.doesNotMatch(plan(db, q.page, [...q.args, 30, 0]), /TEMP B-TREE/);
     const cols = db.prepare("SELECT name FROM pragma_index_info('pulls_base')").all()

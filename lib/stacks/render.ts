@@ -1,4 +1,5 @@
 /** JSON shapes of the REST resources, named and nested as GitHub's. */
+import type { Mergeability } from "./chain.ts";
 import type {
   BranchRow,
   HookRow,
@@ -86,8 +87,12 @@ export function pullStackJson(p: PullRow, ctx: StackContext | null) {
 
 /**
  * Renders pull requests of one repository for one request. What they share
- * is built once: the URL prefixes, and one `user` object per author (a page
- * of 100 pull requests usually has a handful).
+ * is built once: the URL prefixes, and one `user` object per author or
+ * merger (a page of 100 pull requests usually has a handful).
+ *
+ * With `merge`, the pull request is shown as GitHub shows one read alone
+ * (and in webhook payloads): with `mergeable` and `mergeable_state`, which
+ * listings leave out.
  *
  * @example
  * ```ts
@@ -104,9 +109,12 @@ export function pullRenderer(r: RepoRow, urls: Urls) {
   const repo = repoJson(r, urls);
   const owner = repo.owner;
   const users = new Map<number, ReturnType<typeof userJson>>();
-  return (p: PullRow, baseSha: string, stack: StackContext | null) => {
-    let user = users.get(p.user_id);
-    if (!user) users.set(p.user_id, user = userJson({ id: p.user_id, login: p.user_login }, urls));
+  const userOf = (id: number, login: string) => {
+    let user = users.get(id);
+    if (!user) users.set(id, user = userJson({ id, login }, urls));
+    return user;
+  };
+  return (p: PullRow, baseSha: string, stack: StackContext | null, merge?: Mergeability) => {
     return {
       id: p.id,
       node_id: nodeId("PullRequest", p.id),
@@ -118,7 +126,7 @@ export function pullRenderer(r: RepoRow, urls: Urls) {
       title: p.title,
       body: p.body,
       draft: p.draft,
-      user,
+      user: userOf(p.user_id, p.user_login),
       head: {
         label: labelPrefix + p.head_ref,
         ref: p.head_ref,
@@ -133,6 +141,8 @@ export function pullRenderer(r: RepoRow, urls: Urls) {
       merged_at: p.merged_at,
       merged: p.merged_at !== null,
       merge_commit_sha: p.merge_commit_sha,
+      ...merge,
+      merged_by: p.merged_by_id === null ? null : userOf(p.merged_by_id, p.merged_by_login!),
       stack: pullStackJson(p, stack),
     };
   };

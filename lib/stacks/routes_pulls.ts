@@ -2,7 +2,7 @@
 import { Hono } from "hono";
 import { ApiError, validationFailed } from "./api_error.ts";
 import { pairProblem } from "./branch_rules.ts";
-import { type ChainPull, mergePlan } from "./chain.ts";
+import { chainPull, mergePlan } from "./chain.ts";
 import { emitPullEvent } from "./events.ts";
 import {
   boolField,
@@ -20,19 +20,6 @@ import { moveBranch } from "./routes_repos.ts";
 import { mergeSha } from "./shas.ts";
 import type { PullFilter, Store } from "./store.ts";
 import { pullView, pullViews } from "./views.ts";
-
-/** A pull request as the chain rules see it. */
-export function chainPull(p: PullRow): ChainPull {
-  return {
-    number: p.number,
-    state: p.state,
-    merged: p.merged_at !== null,
-    draft: p.draft,
-    head_ref: p.head_ref,
-    base_ref: p.base_ref,
-    stack_id: p.stack_id,
-  };
-}
 
 function branchOf(repo: RepoRow, ref: string): string {
   const i = ref.indexOf(":");
@@ -327,6 +314,8 @@ export function pullRoutes(): Hono<Env> {
           closed_at: at,
           merged_at: at,
           merge_commit_sha: baseSha,
+          // The caller merges each one below too: one merge, one merger.
+          merged_by_id: user.id,
           base_ref: targetBase,
         });
         await store.putBranch(repo.id, targetBase, baseSha);

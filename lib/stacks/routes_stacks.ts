@@ -2,7 +2,7 @@
 import { type Context, Hono } from "hono";
 import { ApiError, validationFailed } from "./api_error.ts";
 import { branchCycle } from "./branch_rules.ts";
-import { chainProblems, requestedNumbers, stackOpen, unstackSplit } from "./chain.ts";
+import { chainProblems, chainPull, requestedNumbers, stackOpen, unstackSplit } from "./chain.ts";
 import { emitPullEvent } from "./events.ts";
 import {
   type Env,
@@ -15,7 +15,6 @@ import {
 } from "./http.ts";
 import type { RepoRow } from "./model.ts";
 import type { Urls } from "./render.ts";
-import { chainPull } from "./routes_pulls.ts";
 import type { Store } from "./store.ts";
 import { stackViews } from "./views.ts";
 

@@ -33,7 +33,12 @@ import { sqliteFailure } from "./sqlite_failure.ts";
 import type { NewPull, Page, PullFilter, PullPatch, SizedStack, Store } from "./store.ts";
 import { StoreError } from "./store_error.ts";
 
-const SCHEMA_VERSION = 4;
+/**
+ * The schema this forgekit reads and writes. A database at a lower version
+ * is migrated when opened; one at a higher version (a newer forgekit's) is
+ * refused, and a running server answers writes to it 503.
+ */
+const SCHEMA_VERSION = 5;
 
 /**
  * The next id of each table whose rows are deleted (a dissolved stack, a
@@ -46,15 +51,30 @@ INSERT OR IGNORE INTO serials (name, next) VALUES
   ('stacks', (SELECT coalesce(max(id), 0) + 1 FROM stacks)),
   ('hooks', (SELECT coalesce(max(id), 0) + 1 FROM hooks));`;
 
-/** What takes a database from version `n - 1` to `n` (version 0, a new one, gets SCHEMA). */
-const MIGRATIONS: Record<number, string> = {
+/**
+ * What takes a database from version `n - 1` to `n` (version 0, a new one,
+ * gets SCHEMA). Each may meet a database that has it already: a forgekit
+ * before schema version 5 could set a database that another one had just
+ * migrated back to its own version. So each step is idempotent.
+ */
+const MIGRATIONS: Record<number, (db: Connection) => void> = {
   // Hooks made before content_type existed were sent JSON, and still are.
-  2: "ALTER TABLE hooks ADD COLUMN content_type TEXT NOT NULL DEFAULT 'json';",
+  2: (db) => addColumn(db, "hooks", "content_type TEXT NOT NULL DEFAULT 'json'"),
   // Pull listings read in index order instead of sorting every pull request.
-  3: `DROP INDEX IF EXISTS pulls_base; ${PULL_LIST_INDEXES}`,
+  3: (db) => db.exec(`DROP INDEX IF EXISTS pulls_base; ${PULL_LIST_INDEXES}`),
   // Ids of dissolved stacks and deleted hooks are never given out again.
-  4: SERIALS,
+  4: (db) => db.exec(SERIALS),
+  // Who merged a pull request (`merged_by`); those merged before it have NULL.
+  5: (db) => addColumn(db, "pulls", "merged_by_id INTEGER REFERENCES users(id)"),
 };
+
+/** Adds a column (`definition` starts with its name) unless the table has it. */
+function addColumn(db: Connection, table: string, definition: string): void {
+  const name = definition.split(" ")[0];
+  if (!db.get("SELECT 1 AS x FROM pragma_table_info(?) WHERE name = ?", table, name)) {
+    db.exec(`ALTER TABLE ${table} ADD COLUMN ${definition}`);
+  }
+}
 
 const SCHEMA = `
 CREATE TABLE IF NOT EXISTS users (id INTEGER PRIMARY KEY, login TEXT NOT NULL UNIQUE COLLATE NOCASE, created_at TEXT NOT NULL);
@@ -74,7 +94,8 @@ CREATE TABLE IF NOT EXISTS pulls (
   title TEXT NOT NULL, body TEXT, state TEXT NOT NULL, draft INTEGER NOT NULL,
   head_ref TEXT NOT NULL, head_sha TEXT NOT NULL, base_ref TEXT NOT NULL,
   created_at TEXT NOT NULL, updated_at TEXT NOT NULL, closed_at TEXT, merged_at TEXT, merge_commit_sha TEXT,
-  stack_id INTEGER REFERENCES stacks(id), stack_position INTEGER, UNIQUE (repo_id, number));
+  stack_id INTEGER REFERENCES stacks(id), stack_position INTEGER, merged_by_id INTEGER REFERENCES users(id),
+  UNIQUE (repo_id, number));
 CREATE INDEX IF NOT EXISTS pulls_stack ON pulls (stack_id, stack_position);
 CREATE INDEX IF NOT EXISTS pulls_head ON pulls (repo_id, head_ref);
 CREATE TABLE IF NOT EXISTS hooks (
@@ -122,10 +143,16 @@ function toRepo(r: Row): RepoRow {
   };
 }
 
-/** A pull request's columns, in the order {@linkcode toPull} reads them; `u` is its author. */
+/**
+ * A pull request's columns, in the order {@linkcode toPull} reads them; `u`
+ * is its author and `m` who merged it (see {@linkcode PULL_USERS}).
+ */
 const PULL_COLUMNS = "p.id, p.repo_id, p.number, p.user_id, u.login, p.title, p.body, p.state, " +
   "p.draft, p.head_ref, p.head_sha, p.base_ref, p.created_at, p.updated_at, p.closed_at, " +
-  "p.merged_at, p.merge_commit_sha, p.stack_id, p.stack_position";
+  "p.merged_at, p.merge_commit_sha, p.stack_id, p.stack_position, p.merged_by_id, m.login";
+
+/** The joins that {@linkcode PULL_COLUMNS} reads the author and the merger from. */
+const PULL_USERS = "JOIN users u ON u.id = p.user_id LEFT JOIN users m ON m.id = p.merged_by_id";
 
 // SQLite gives INTEGER columns as numbers and TEXT columns as strings (NOT
 // NULL where the schema says so), so the cells are taken as they are.
@@ -150,6 +177,8 @@ function toPull(r: Cells): PullRow {
     merge_commit_sha: r[16] as string | null,
     stack_id: r[17] as number | null,
     stack_position: r[18] as number | null,
+    merged_by_id: r[19] as number | null,
+    merged_by_login: r[20] as string | null,
   };
 }
 
@@ -200,7 +229,7 @@ function toDelivery(r: Row): DeliveryRow {
   };
 }
 
-const PULL_SELECT = `SELECT ${PULL_COLUMNS} FROM pulls p JOIN users u ON u.id = p.user_id`;
+const PULL_SELECT = `SELECT ${PULL_COLUMNS} FROM pulls p ${PULL_USERS}`;
 const STACK_SELECT = `SELECT ${STACK_COLUMNS} FROM stacks s`;
 const REPO_SELECT =
   "SELECT r.*, u.login AS owner_login FROM repos r JOIN users u ON u.id = r.owner_id";
@@ -357,6 +386,33 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
   return new SqliteStore(path, options.busyTimeoutMs ?? 5000);
 }
 
+/** What decides whether a database is this forgekit's to open. */
+interface SchemaState {
+  version: number;
+  tables: string[];
+}
+
+/**
+ * The state, when the database is this forgekit's to open (at its schema
+ * version or an older one); throws otherwise: a RangeError for a newer
+ * forgekit's database, an Error for another program's.
+ */
+function checkOpenable(path: string, state: SchemaState): SchemaState {
+  if (state.version > SCHEMA_VERSION) {
+    throw new RangeError(
+      `Database ${path} has schema version ${state.version}, newer than this forgekit (${SCHEMA_VERSION}): a newer forgekit wrote it`,
+    );
+  }
+  if (state.tables.length) {
+    throw new Error(
+      `Database ${path} is not forgekit's: it holds another program's tables (${
+        state.tables.join(", ")
+      })`,
+    );
+  }
+  return state;
+}
+
 class SqliteStore implements Store {
   #writer: Connection;
   #reader: Connection;
@@ -370,51 +426,49 @@ class SqliteStore implements Store {
   constructor(path: string, busyTimeoutMs: number) {
     this.#busyTimeoutMs = busyTimeoutMs;
     this.#writer = new Connection(path, OPEN_BUSY_TIMEOUT_MS);
-    let version: number;
     try {
-      version = Number(this.#writer.get("PRAGMA user_version")?.user_version ?? 0);
-      if (version > SCHEMA_VERSION) {
-        throw new RangeError(
-          `Database ${path} has schema version ${version}, newer than this forgekit (${SCHEMA_VERSION}): a newer forgekit wrote it`,
-        );
-      }
-      // forgekit sets the version in the transaction that makes its tables:
-      // a database at version 0 that has tables is another program's.
-      const tables = version === 0
-        ? this.#writer.all("SELECT name FROM sqlite_master WHERE type = 'table' LIMIT 3")
-        : [];
-      if (tables.length) {
-        throw new Error(
-          `Database ${path} is not forgekit's: it holds another program's tables (${
-            tables.map((t) => t.name).join(", ")
-          })`,
-        );
-      }
+      // Checked before WAL is switched on, so that a file it must not touch
+      // (newer, another program's, or no database) is left as it was: no
+      // journal mode, no -wal or -shm. One read transaction, so that the
+      // version and the tables are of one moment, not one before and one
+      // after another process made its tables.
+      this.#writer.exec("BEGIN");
+      checkOpenable(path, this.#schemaState());
+      this.#writer.exec("COMMIT");
       this.#writer.exec("PRAGMA journal_mode = WAL");
+      // Checked again, and migrated, under the write lock, which every
+      // change of the version is made under: a process that opens the file
+      // while another migrates it waits, then sees the new version. So two
+      // never both migrate, and none writes to a schema newer than its own.
+      this.#writer.exec("BEGIN IMMEDIATE");
+      const { version } = checkOpenable(path, this.#schemaState());
+      if (version < SCHEMA_VERSION) {
+        if (version === 0) this.#writer.exec(SCHEMA);
+        else for (let v = version + 1; v <= SCHEMA_VERSION; v++) MIGRATIONS[v](this.#writer);
+        this.#writer.exec(`PRAGMA user_version = ${SCHEMA_VERSION}`);
+      }
+      this.#writer.exec("COMMIT");
     } catch (err) {
-      // Closed, so that a file it must not touch (newer, another program's,
-      // or no database) is left as it was: no journal mode, no -wal or -shm.
+      this.#writer.rollback();
       this.#writer.close();
       throw err;
-    }
-    if (version < SCHEMA_VERSION) {
-      this.#writer.exec("BEGIN IMMEDIATE");
-      try {
-        // Read again under the lock: another process may have migrated meanwhile.
-        const from = Number(this.#writer.get("PRAGMA user_version")?.user_version ?? 0);
-        if (from === 0) this.#writer.exec(SCHEMA);
-        else for (let v = from + 1; v <= SCHEMA_VERSION; v++) this.#writer.exec(MIGRATIONS[v]);
-        this.#writer.exec(`PRAGMA user_version = ${SCHEMA_VERSION}`);
-        this.#writer.exec("COMMIT");
-      } catch (err) {
-        this.#writer.rollback();
-        throw err;
-      }
     }
     this.#writer.exec("PRAGMA busy_timeout = 0");
     this.#reader = path === ":memory:"
       ? this.#writer
       : new Connection(path, READER_BUSY_TIMEOUT_MS);
+  }
+
+  /** The database's schema version, and for version 0 up to three of its tables. */
+  #schemaState(): SchemaState {
+    const version = Number(this.#writer.get("PRAGMA user_version")?.user_version ?? 0);
+    // forgekit sets the version in the transaction that makes its tables:
+    // a database at version 0 that has tables is another program's.
+    const tables = version === 0
+      ? this.#writer.all("SELECT name FROM sqlite_master WHERE type = 'table' LIMIT 3")
+        .map((t) => String(t.name))
+      : [];
+    return { version, tables };
   }
 
   /** Reads inside a transaction see its writes; others see committed data only. */
@@ -433,6 +487,7 @@ class SqliteStore implements Store {
     const run = async () => {
       await this.#begin(deadline);
       try {
+        this.#refuseNewerSchema();
         const out = await this.#inTx.run(true, fn);
         this.#writer.exec("COMMIT");
         this.#commits++;
@@ -445,6 +500,22 @@ class SqliteStore implements Store {
     const p = this.#queue.then(run, run);
     this.#queue = p.catch(() => {});
     return p;
+  }
+
+  /**
+   * A newer forgekit may upgrade the database while this one runs (it was
+   * opened at this version): its schema is then not this forgekit's to
+   * write. The version is read under the write lock, which the upgrade
+   * took to change it.
+   */
+  #refuseNewerSchema(): void {
+    const version = Number(this.#writer.get("PRAGMA user_version")!.user_version);
+    if (version > SCHEMA_VERSION) {
+      throw new StoreError(
+        "schema",
+        `Database has schema version ${version}, newer than this forgekit (${SCHEMA_VERSION}): a newer forgekit upgraded it while this one ran (restart the server with that forgekit)`,
+      );
+    }
   }
 
   /** BEGIN IMMEDIATE, tried again after sleeps of 2 to 100 ms while another connection writes. */
@@ -667,7 +738,7 @@ class SqliteStore implements Store {
     // page the outer loop, so rows come in its order.
     const items = this.#r.rows(
       `SELECT ${PULL_COLUMNS} FROM (${q.page}) pg CROSS JOIN pulls p ON p.id = pg.id
-       JOIN users u ON u.id = p.user_id`,
+       ${PULL_USERS}`,
       ...q.args,
       limit,
       offset,

@@ -58,6 +58,7 @@ export type PullPatch = Partial<
     | "closed_at"
     | "merged_at"
     | "merge_commit_sha"
+    | "merged_by_id"
     | "stack_id"
     | "stack_position"
   >

@@ -5,9 +5,10 @@
  * - `busy`: another connection or process holds the write lock;
  * - `full`: the disk (or the database's size limit) is full;
  * - `readonly`: the database file cannot be written;
- * - `io`: the operating system failed a read or a write.
+ * - `io`: the operating system failed a read or a write;
+ * - `schema`: a newer forgekit upgraded the database while this one ran.
  */
-export type StoreFailure = "busy" | "full" | "readonly" | "io";
+export type StoreFailure = "busy" | "full" | "readonly" | "io" | "schema";
 
 /**
  * A storage failure that is no fault of the request: the transaction was
