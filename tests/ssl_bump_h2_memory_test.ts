@@ -11,7 +11,7 @@
  * server grants, so what it managed to send is what the proxy let it send.
  */
 import assert from "node:assert/strict";
-import { type BumpFixture, curl, startBumpFixture } from "./support/bump.ts";
+import { type BumpFixture, connectThrough, curl, startBumpFixture } from "./support/bump.ts";
 import {
   DEFAULT_WINDOW,
   Flag,
@@ -35,7 +35,6 @@ const HELD_MAX = 2 * 1024 * 1024;
 const STREAM_WINDOW = 256 * 1024;
 const CANCEL = 0x8;
 
-const enc = new TextEncoder();
 const dec = new TextDecoder();
 
 /** Requests held at the origin until the test ends (their origin connection stays busy). */
@@ -127,19 +126,7 @@ class WindowedClient {
 
   /** Connects through the front (CONNECT, TLS with ALPN h2) and exchanges SETTINGS. */
   static async open(f: BumpFixture): Promise<WindowedClient> {
-    const port = Number(new URL(f.proxyUrl).port);
-    const raw = await Deno.connect({ hostname: "127.0.0.1", port });
-    await raw.write(
-      enc.encode("CONNECT api.github.com:443 HTTP/1.1\r\nHost: api.github.com:443\r\n\r\n"),
-    );
-    const buf = new Uint8Array(1024);
-    let head = "";
-    while (!head.includes("\r\n\r\n")) {
-      const n = await raw.read(buf);
-      if (n === null) throw new Error("The proxy closed the connection after CONNECT");
-      head += dec.decode(buf.subarray(0, n));
-    }
-    assert.match(head, /^HTTP\/1\.1 200/);
+    const raw = await connectThrough(f);
     const tls = await Deno.startTls(raw, {
       hostname: "api.github.com",
       caCerts: [await Deno.readTextFile(f.caCertPath)],

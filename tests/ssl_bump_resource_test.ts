@@ -9,6 +9,7 @@ import assert from "node:assert/strict";
 import {
   type BumpFixture,
   type BumpFront,
+  connectThrough,
   curl,
   startBumpFixture,
   startBumpFront,
@@ -85,25 +86,9 @@ function originHandler(req: Request): Response {
   return new Response(`origin ${path}\n`);
 }
 
-/** A CONNECT through the front, answered: the raw connection. */
-async function connectRaw(f: BumpFront, host = "api.github.com"): Promise<Deno.TcpConn> {
-  const port = Number(new URL(f.proxyUrl).port);
-  const conn = await Deno.connect({ hostname: "127.0.0.1", port });
-  await conn.write(enc.encode(`CONNECT ${host}:443 HTTP/1.1\r\nHost: ${host}:443\r\n\r\n`));
-  const buf = new Uint8Array(1024);
-  let head = "";
-  while (!head.includes("\r\n\r\n")) {
-    const n = await conn.read(buf);
-    if (n === null) throw new Error("the proxy closed the connection after CONNECT");
-    head += dec.decode(buf.subarray(0, n));
-  }
-  assert.match(head, /^HTTP\/1\.1 200/);
-  return conn;
-}
-
 /** A bumped TLS connection through the front, with the given ALPN. */
 async function bumped(f: BumpFront, alpn: string[]): Promise<Deno.TlsConn> {
-  const raw = await connectRaw(f);
+  const raw = await connectThrough(f);
   const tls = await Deno.startTls(raw, {
     hostname: "api.github.com",
     caCerts: [await Deno.readTextFile(f.caCertPath)],
@@ -378,7 +363,7 @@ Deno.test("CONNECTs to many hosts that never send a ClientHello open few origin 
   const conns: Deno.Conn[] = [];
   try {
     for (let i = 0; i < 200; i++) {
-      conns.push(await connectRaw(f as BumpFixture, `h${i}.github.com`));
+      conns.push(await connectThrough(f as BumpFixture, `h${i}.github.com`));
     }
     await new Promise((r) => setTimeout(r, 1000));
     assert(held.length <= MAX_WARMING, `${held.length} origin connections opened`);

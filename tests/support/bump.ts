@@ -155,3 +155,26 @@ export async function curl(f: BumpFront, args: string[]): Promise<{ code: number
   }).output();
   return { code: out.code, out: dec.decode(out.stdout) };
 }
+
+/**
+ * Opens a raw TCP connection through the front with an answered CONNECT to
+ * `host:443` (for clients that speak TLS and HTTP themselves).
+ */
+export async function connectThrough(f: BumpFront, host = "api.github.com"): Promise<Deno.TcpConn> {
+  const port = Number(new URL(f.proxyUrl).port);
+  const conn = await Deno.connect({ hostname: "127.0.0.1", port });
+  await conn.write(
+    new TextEncoder().encode(`CONNECT ${host}:443 HTTP/1.1\r\nHost: ${host}:443\r\n\r\n`),
+  );
+  const buf = new Uint8Array(1024);
+  let head = "";
+  while (!head.includes("\r\n\r\n")) {
+    const n = await conn.read(buf);
+    if (n === null) throw new Error("the proxy closed the connection after CONNECT");
+    head += dec.decode(buf.subarray(0, n));
+  }
+  if (!head.startsWith("HTTP/1.1 200")) {
+    throw new Error(`CONNECT refused: ${head.split("\r\n")[0]}`);
+  }
+  return conn;
+}
