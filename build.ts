@@ -44,6 +44,27 @@ async function deno(args: string[]): Promise<{ ok: boolean; stderr: string }> {
   return { ok: out.success, stderr: new TextDecoder().decode(out.stderr) };
 }
 
+/**
+ * Why `deno bundle` failed, on one line: its error and the causes under it,
+ * without colours or the stack backtrace that follows them.
+ *
+ * @example
+ * ```ts
+ * bundleFailure("error: Failed loading X\n\nCaused by:\n    dns error\n\nStack backtrace:\n   0: <unknown>\n");
+ * // "Failed loading X: dns error"
+ * ```
+ */
+export function bundleFailure(stderr: string): string {
+  // deno colours its errors even into a pipe.
+  // deno-lint-ignore no-control-regex
+  const plain = stderr.replace(/\x1b\[[0-9;]*m/g, "").split(/^Stack backtrace:/m)[0];
+  const lines = plain.split("\n").map((l) => l.trim()).filter((l) => l && l !== "Caused by:");
+  const at = lines.findIndex((l) => /^error:/i.test(l));
+  const text = (at >= 0 ? lines.slice(at) : lines.slice(-3)).join(": ").replace(/^error:\s*/i, "");
+  if (!text) return "unknown failure";
+  return text.length > 400 ? `${text.slice(0, 399)}…` : text;
+}
+
 /** Writes dist/forgekit.js and makes it executable. Returns its path. */
 export async function buildBundle(): Promise<string> {
   await Deno.mkdir(DIST, { recursive: true });
@@ -52,7 +73,7 @@ export async function buildBundle(): Promise<string> {
   const r = await deno(["bundle", "--quiet", "--platform", "deno", "-o", tmp, "main.ts"]);
   if (!r.ok) {
     await Deno.remove(tmp).catch(() => {});
-    throw new Error(`deno bundle failed: ${r.stderr.trim().split("\n").slice(-3).join(" ")}`);
+    throw new Error(`deno bundle failed: ${bundleFailure(r.stderr)}`);
   }
   let text = await Deno.readTextFile(tmp);
   text = text.replace(/^#!.*\n/, "");

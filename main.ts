@@ -57,6 +57,13 @@ export async function main(args: string[]): Promise<number> {
   }
   const command = COMMANDS.find((c) => c.name === name);
   if (!command) {
+    // Options come after the command: `forgekit fetch -v URL`, not `forgekit -v fetch URL`.
+    if (name.startsWith("-")) {
+      throw usageError(
+        `Unknown option '${name}'`,
+        "options follow the command; run: forgekit help",
+      );
+    }
     throw usageError(`Unknown command: ${name}`, "run: forgekit help");
   }
   return await command.run(rest);

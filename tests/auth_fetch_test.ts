@@ -659,6 +659,36 @@ Deno.test(
 );
 
 Deno.test(
+  "auth explain says why the unauthenticated request comes: no file, no match, no token, or 401/403",
+  opts,
+  async () => {
+    const url = "https://api.github.com/user";
+    const home = await Deno.makeTempDir({ dir });
+    const none = await runForgekit(["auth", "explain", url], { env: { ...o.env, HOME: home } });
+    assert.equal(none.code, 0, none.stderr);
+    assert.equal(
+      none.stdout,
+      "no auth file (~/.forgekit/auth.json): unauthenticated\n1. unauthenticated (no auth file)\n",
+    );
+    const file = await authFile([GH, { ...GH, token_env: "EXPLAIN_OTHER_TOKEN" }]);
+    const other = await fk(["auth", "explain", "https://example.org/"], file);
+    assert.equal(other.stdout, "1. unauthenticated (no entry matches)\n");
+    const unset = await fk(["auth", "explain", url], file);
+    assert.equal(
+      unset.stdout,
+      "1. providers[0] codehost bearer: skipped: $GH_TOKEN is not set\n" +
+        "2. providers[1] codehost bearer: skipped: $EXPLAIN_OTHER_TOKEN is not set\n" +
+        "3. unauthenticated (no entry above has a token to send)\n",
+    );
+    const one = await fk(["auth", "explain", url], file, { EXPLAIN_OTHER_TOKEN: "ghp_other1" });
+    assert.match(
+      one.stdout,
+      /\n3\. unauthenticated \(when every entry above answers 401\/403\)\n$/,
+    );
+  },
+);
+
+Deno.test(
   "auth explain skips a cloud-ad entry whose secret variable is unset, as fetch does",
   opts,
   async () => {
@@ -676,11 +706,44 @@ Deno.test(
     assert.equal(unset.code, 0, unset.stderr);
     assert.equal(
       unset.stdout,
-      "1. providers[0] cloud-devops cloud-ad: skipped: $EXPLAIN_AD_SECRET is not set\n2. unauthenticated (when every entry above answers 401/403)\n",
+      "1. providers[0] cloud-devops cloud-ad: skipped: $EXPLAIN_AD_SECRET is not set\n2. unauthenticated (no entry above has a token to send)\n",
     );
     const set = await fk(["auth", "explain", url], file, { EXPLAIN_AD_SECRET: "s3cret-value" });
     assert.match(set.stdout, /^1\. providers\[0\] cloud-devops cloud-ad: client credentials c @ /);
     assert.ok(!set.stdout.includes("s3cret-value"));
+  },
+);
+
+Deno.test(
+  "auth doctor --json reports a missing or broken file as JSON too, besides the one-line error",
+  opts,
+  async () => {
+    const home = await Deno.makeTempDir({ dir });
+    const missing = await runForgekit(["auth", "doctor", "--json"], {
+      env: { ...o.env, HOME: home },
+    });
+    assert.equal(missing.code, 2);
+    assert.deepEqual(JSON.parse(missing.stdout), {
+      file: join(home, ".forgekit", "auth.json"),
+      valid: false,
+      usable: false,
+      error:
+        "No auth file at ~/.forgekit/auth.json: every request is unauthenticated (run: forgekit auth init)",
+      warnings: [],
+      entries: [],
+    });
+    assert.match(missing.stderr, /^error: No auth file at ~\/\.forgekit\/auth\.json: /);
+    const broken = await authFile([{ ...GH, token_evn: "GH_TOKEN" }]);
+    const bad = await fk(["auth", "doctor", "--json"], broken);
+    assert.equal(bad.code, 2);
+    const report = JSON.parse(bad.stdout);
+    assert.equal(report.valid, false);
+    assert.match(report.error, /providers\[0\]: unknown key "token_evn"/);
+    assert.equal(bad.stderr.trimEnd().split("\n").length, 1);
+    // Without --json, nothing on stdout: the error alone, as before.
+    const plain = await fk(["auth", "doctor"], broken);
+    assert.equal(plain.code, 2);
+    assert.equal(plain.stdout, "");
   },
 );
 
@@ -803,10 +866,20 @@ Deno.test(
       assert.equal(r.code, 2, args.join(" "));
       assert.equal(
         r.stderr,
-        'error: broken.json providers[0]: unknown key "token_evn" (did you mean "token_env"?)\n',
+        `error: ${path} providers[0]: unknown key "token_evn" (did you mean "token_env"?)\n`,
       );
     }
     assert.equal(o.hits.length, before, "nothing was sent");
+    // The default file is named as the README shows it, not as a bare "auth.json".
+    const home = await Deno.makeTempDir({ dir });
+    await Deno.mkdir(join(home, ".forgekit"));
+    await Deno.copyFile(path, join(home, ".forgekit", "auth.json"));
+    const named = await runForgekit(["auth", "doctor"], { env: { ...o.env, HOME: home } });
+    assert.equal(named.code, 2);
+    assert.equal(
+      named.stderr,
+      'error: ~/.forgekit/auth.json providers[0]: unknown key "token_evn" (did you mean "token_env"?)\n',
+    );
     const missing = await fk([
       "fetch",
       "--auth-file",

@@ -340,7 +340,7 @@ Deno.test(
     assert.equal(r.stdout, "");
     assert.match(
       r.stderr,
-      /^error: auth\.json providers\[0\]\.username: contains a control character \(.+\)\n$/,
+      /^error: ~\/\.forgekit\/auth\.json providers\[0\]\.username: contains a control character \(.+\)\n$/,
     );
     assert.ok(!r.stderr.includes("SECRET"));
   },

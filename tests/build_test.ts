@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { REPO_ROOT, runForgekit } from "./support/cli.ts";
 import denoJson from "../deno.json" with { type: "json" };
+import { bundleFailure } from "../build.ts";
 
 Deno.test("build.ts writes a bundle that runs: --version and a real fetch", async () => {
   const build = await new Deno.Command(Deno.execPath(), {
@@ -85,4 +86,25 @@ Deno.test("build.ts refuses an unknown option or target in one line with exit 2,
     assert.match(stderr, want);
     assert.equal(new TextDecoder().decode(out.stdout), "", "nothing was built");
   }
+});
+
+Deno.test("a failed deno bundle is reported by its error and cause, not its backtrace", () => {
+  // What deno 2.9.6 writes (coloured, into a pipe) when it cannot fetch esbuild.
+  const stderr = "\x1b[0m\x1b[1m\x1b[31merror\x1b[0m: Failed loading " +
+    'https://registry.npmjs.org/@esbuild%2flinux-x64 for package "@esbuild/linux-x64"\n\n' +
+    "Caused by:\n    error sending request for url (https://registry.npmjs.org/@esbuild%2flinux-x64): " +
+    "client error (Connect): dns error: failed to lookup address information: " +
+    "Temporary failure in name resolution\n\nStack backtrace:\n   0: <unknown>\n";
+  assert.equal(
+    bundleFailure(stderr),
+    'Failed loading https://registry.npmjs.org/@esbuild%2flinux-x64 for package "@esbuild/linux-x64": ' +
+      "error sending request for url (https://registry.npmjs.org/@esbuild%2flinux-x64): " +
+      "client error (Connect): dns error: failed to lookup address information: " +
+      "Temporary failure in name resolution",
+  );
+  assert.equal(
+    bundleFailure('error: Module not found "file:///x/main.ts".\n'),
+    'Module not found "file:///x/main.ts".',
+  );
+  assert.equal(bundleFailure(""), "unknown failure");
 });

@@ -35,6 +35,35 @@ Deno.test("an unknown command is a one-line usage error with exit 2", async () =
   assert.equal(r.stderr, "error: Unknown command: frobnicate (run: forgekit help)\n");
 });
 
+Deno.test("an option before the command is named as an option, not as a command", async () => {
+  const r = await runForgekit(["-v", "fetch", "https://x.example/"]);
+  assert.equal(r.code, 2);
+  assert.equal(
+    r.stderr,
+    "error: Unknown option '-v' (options follow the command; run: forgekit help)\n",
+  );
+});
+
+Deno.test("a bad stack or pull request number names the command's own example", async () => {
+  const api = ["--repo", "o/r", "--api-url", "http://127.0.0.1:1"];
+  const cases: [string[], string][] = [
+    [["view", "x"], "e.g. forgekit stack view 3 --repo o/r"],
+    [["unstack", "x"], "e.g. forgekit stack unstack 3 --repo o/r"],
+    [["create", "1", "x"], "e.g. forgekit stack create 12 13 14 --repo o/r (bottom to top)"],
+    [
+      ["add", "x", "4"],
+      "e.g. forgekit stack add 3 15 16 --repo o/r (stack 3 gets #15 and #16 on top)",
+    ],
+    [["list", "--pull-request", "x"], "e.g. --pull-request 12"],
+  ];
+  for (const [args, hint] of cases) {
+    const r = await runForgekit(["stack", ...args, ...api]);
+    assert.equal(r.code, 2, args.join(" "));
+    assert.match(r.stderr, /^error: .* must be a positive whole number \(got: "x"\) \(.*\)\n$/);
+    assert.ok(r.stderr.endsWith(`(${hint})\n`), `${args.join(" ")}: ${r.stderr}`);
+  }
+});
+
 Deno.test("every command answers --help and `forgekit help <command>` with exit 0", async () => {
   for (const name of ["fetch", "auth", "stacks", "stack", "firewall"]) {
     const a = await runForgekit([name, "--help"]);

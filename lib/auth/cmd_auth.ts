@@ -6,6 +6,7 @@ import {
   colorEnabled,
   dispatchSubcommand,
   findCommand,
+  formatError,
   green,
   makeDirs,
   parseCommandArgs,
@@ -104,14 +105,27 @@ async function doctor(args: string[]): Promise<number> {
   let config;
   try {
     config = await loadAuthConfig(values["auth-file"]);
+    if (config === null) {
+      throw usageError(
+        `No auth file at ${shown}: every request is unauthenticated`,
+        "run: forgekit auth init",
+      );
+    }
+  } catch (err) {
+    // A script reading --json gets a report for a missing or broken file too.
+    if (values.json && err instanceof CliError) {
+      printJson({
+        file: path,
+        valid: false,
+        usable: false,
+        error: formatError(err).replace(/^error: /, ""),
+        warnings,
+        entries: [],
+      });
+    }
+    throw err;
   } finally {
     setWarn(prev);
-  }
-  if (config === null) {
-    throw usageError(
-      `No auth file at ${shown}: every request is unauthenticated`,
-      "run: forgekit auth init",
-    );
   }
   const info = await Deno.stat(path);
   if (readableByOthers(info) && !warnings.length) {
@@ -199,9 +213,11 @@ async function explain(args: string[]): Promise<number> {
   }
   const config = await loadAuthConfig(values["auth-file"]);
   const { entries, notUsed } = entriesForUrl(config, url);
+  let skipped = 0;
   const tries = entries.map((e) => {
     // As fetch decides: an entry without a token to send is skipped.
     const t = tokenWithoutIo(e);
+    if (t !== null && t.token === null) skipped++;
     const status = t === null
       ? tokenSourceLabel(e)
       : t.token !== null
@@ -230,11 +246,15 @@ async function explain(args: string[]): Promise<number> {
   tries.forEach((t, i) => console.log(`${i + 1}. ${t.entry} ${t.provider} ${t.auth}: ${t.token}`));
   if (notUsed !== null) console.log(`1. ${then}`);
   else {
-    console.log(
-      `${tries.length + 1}. unauthenticated (when every entry above answers 401/403${
-        tries.length ? "" : "; no entry matches"
-      })`,
-    );
+    // A skipped entry sends nothing, so it cannot answer 401/403.
+    const when = config === null
+      ? "no auth file"
+      : tries.length === 0
+      ? "no entry matches"
+      : skipped === tries.length
+      ? "no entry above has a token to send"
+      : "when every entry above answers 401/403";
+    console.log(`${tries.length + 1}. unauthenticated (${when})`);
   }
   return 0;
 }

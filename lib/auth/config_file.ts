@@ -3,7 +3,7 @@
  * a cache so that a hundred requests read the file once.
  */
 import { homedir } from "node:os";
-import { basename, join } from "node:path";
+import { join } from "node:path";
 import { CliError } from "../cli/mod.ts";
 import { type AuthConfig, parseAuthConfig } from "./config.ts";
 
@@ -136,7 +136,7 @@ export async function loadAuthConfig(explicit?: string): Promise<AuthConfig | nu
       { hint: "an auth.json holds a few entries; check that this is the right file", exitCode: 2 },
     );
   }
-  const config = parseAuthConfig(text, path, basename(path));
+  const config = parseAuthConfig(text, path, displayPath(path));
   cache.set(path, {
     checkedAt: performance.now(),
     mtime,

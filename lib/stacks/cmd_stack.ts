@@ -430,13 +430,19 @@ function setup(command: string, args: string[], extra: Record<string, { type: "s
   };
 }
 
-function numbers(positionals: string[], what: string): number[] {
+// What each command's numbers look like, for its usage errors.
+const VIEW_EXAMPLE = "forgekit stack view 3 --repo o/r";
+const CREATE_EXAMPLE = "forgekit stack create 12 13 14 --repo o/r (bottom to top)";
+const ADD_EXAMPLE = "forgekit stack add 3 15 16 --repo o/r (stack 3 gets #15 and #16 on top)";
+const UNSTACK_EXAMPLE = "forgekit stack unstack 3 --repo o/r";
+
+function numbers(positionals: string[], what: string, example: string): number[] {
   return positionals.map((p) => {
     const n = Number(p.replace(/^#/, ""));
     if (!/^#?\d+$/.test(p) || !Number.isSafeInteger(n) || n < 1) {
       throw usageError(
         `${what} must be a positive whole number (got: ${JSON.stringify(p)})`,
-        "e.g. 12 13 14",
+        `e.g. ${example}`,
       );
     }
     return n;
@@ -482,7 +488,7 @@ async function list(args: string[]): Promise<number> {
   noArguments("list", positionals);
   const pr = (values as Record<string, unknown>)["pull-request"] as string | undefined;
   const q = pr
-    ? `?pull_request=${numbers([pr], "--pull-request")[0]}&per_page=100`
+    ? `?pull_request=${numbers([pr], "--pull-request", "--pull-request 12")[0]}&per_page=100`
     : "?per_page=100";
   // Follow rel="next" while the server sends Link headers; without them, read
   // pages until a short one. A stack created meanwhile pushes the others one
@@ -529,9 +535,9 @@ async function list(args: string[]): Promise<number> {
 async function view(args: string[]): Promise<number> {
   const { client, repoPath, json, positionals } = setup("forgekit stack view", args);
   if (positionals.length !== 1) {
-    throw usageError("Expected one stack number", "e.g. forgekit stack view 3 --repo o/r");
+    throw usageError("Expected one stack number", `e.g. ${VIEW_EXAMPLE}`);
   }
-  const n = numbers(positionals, "The stack number")[0];
+  const n = numbers(positionals, "The stack number", VIEW_EXAMPLE)[0];
   const s = await client.expect("a stack", isStack, {
     method: "GET",
     path: `${repoPath}/stacks/${n}`,
@@ -570,15 +576,12 @@ async function view(args: string[]): Promise<number> {
 async function create(args: string[]): Promise<number> {
   const { client, repoPath, json, positionals } = setup("forgekit stack create", args);
   if (positionals.length === 0) {
-    throw usageError(
-      "Missing the pull requests to stack",
-      "e.g. forgekit stack create 12 13 14 --repo o/r (bottom to top)",
-    );
+    throw usageError("Missing the pull requests to stack", `e.g. ${CREATE_EXAMPLE}`);
   }
   const s = await client.expect("a stack", isStack, {
     method: "POST",
     path: `${repoPath}/stacks`,
-    body: { pull_requests: numbers(positionals, "A pull request number") },
+    body: { pull_requests: numbers(positionals, "A pull request number", CREATE_EXAMPLE) },
   });
   if (json) printJson(s);
   else console.log(`created stack ${summary(s)}`);
@@ -587,12 +590,9 @@ async function create(args: string[]): Promise<number> {
 
 async function add(args: string[]): Promise<number> {
   const { client, repoPath, json, positionals } = setup("forgekit stack add", args);
-  const [n, ...prs] = numbers(positionals, "A stack or pull request number");
+  const [n, ...prs] = numbers(positionals, "A stack or pull request number", ADD_EXAMPLE);
   if (n === undefined || prs.length === 0) {
-    throw usageError(
-      "Expected a stack number and pull requests",
-      "e.g. forgekit stack add 3 15 16 --repo o/r",
-    );
+    throw usageError("Expected a stack number and pull requests", `e.g. ${ADD_EXAMPLE}`);
   }
   const s = await client.expect("a stack", isStack, {
     method: "POST",
@@ -607,9 +607,9 @@ async function add(args: string[]): Promise<number> {
 async function unstack(args: string[]): Promise<number> {
   const { client, repoPath, json, positionals } = setup("forgekit stack unstack", args);
   if (positionals.length !== 1) {
-    throw usageError("Expected one stack number", "e.g. forgekit stack unstack 3 --repo o/r");
+    throw usageError("Expected one stack number", `e.g. ${UNSTACK_EXAMPLE}`);
   }
-  const n = numbers(positionals, "The stack number")[0];
+  const n = numbers(positionals, "The stack number", UNSTACK_EXAMPLE)[0];
   const s = await client.expect(
     "a stack",
     (v): v is StackJson | null => v === null || isStack(v),
