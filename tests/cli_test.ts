@@ -721,3 +721,44 @@ Deno.test("colours go only to a terminal: a report on stdout redirected to a fil
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("firewall: each run's default log directory is new and private; a linked access.log is refused", async () => {
+  const dirs: string[] = [];
+  const dir = await Deno.makeTempDir({ prefix: "forgekit-cli-" });
+  try {
+    for (let i = 0; i < 2; i++) {
+      const r = await runForgekit(
+        ["firewall", "--no-sandbox", "--allow-domains", "x.example", "--", "true"],
+      );
+      assert.equal(r.code, 0, r.stderr);
+      const path = /access log (\/tmp\/fw-logs-\d{8}-\d{6}-[0-9a-f]{8})\/access\.log$/m.exec(
+        r.stderr,
+      )?.[1];
+      assert.ok(path, r.stderr);
+      dirs.push(path);
+      assert.equal((await Deno.stat(path)).mode! & 0o777, 0o700);
+      assert.equal((await Deno.stat(`${path}/access.log`)).mode! & 0o777, 0o600);
+    }
+    // Two runs in the same second share nothing.
+    assert.notEqual(dirs[0], dirs[1]);
+
+    // Whoever may write to a --log-dir cannot turn the log onto another file.
+    await Deno.mkdir(`${dir}/logs`);
+    await Deno.writeTextFile(`${dir}/victim`, "precious\n");
+    await Deno.symlink(`${dir}/victim`, `${dir}/logs/access.log`);
+    const r = await runForgekit(
+      ["firewall", "--no-sandbox", "--allow-domains", "x.example", "--log-dir", `${dir}/logs`, "--"]
+        .concat(["sh", "-c", "echo ran > " + `${dir}/ran`]),
+    );
+    assert.equal(r.code, 2, r.stderr);
+    assert.equal(
+      r.stderr,
+      `error: Cannot open ${dir}/logs/access.log: ${dir}/logs/access.log is a symbolic link ` +
+        "(remove it or choose another --log-dir)\n",
+    );
+    assert.equal(await Deno.readTextFile(`${dir}/victim`), "precious\n");
+    assert.equal(await exists(`${dir}/ran`), false, "the command never started");
+  } finally {
+    for (const d of [...dirs, dir]) await Deno.remove(d, { recursive: true }).catch(() => {});
+  }
+});

@@ -1,5 +1,6 @@
 /** The access log: one JSON line per connection or request. */
 import { domainProblem } from "./host_validation.ts";
+import { ALLOWED_PORTS } from "./domain_policy.ts";
 import { printable, printableJson } from "../cli/output.ts";
 
 /**
@@ -73,7 +74,7 @@ export class AccessLog {
 
   constructor(path: string, debug?: (line: string) => void) {
     this.path = path;
-    this.#file = Deno.openSync(path, { append: true, create: true, mode: 0o600 });
+    this.#file = openLogFile(path);
     this.#debug = debug;
   }
 
@@ -119,6 +120,43 @@ export class AccessLog {
   }
 }
 
+/**
+ * Opens a log file for appending without following a symbolic link, so that
+ * whoever can write to its directory cannot point a run (perhaps root's)
+ * at another file: a new file is created exclusively (mode 0600; an
+ * exclusive create fails on a link, even a dangling one), an existing one
+ * must be a regular file, and is the file that was checked once open.
+ */
+export function openLogFile(path: string): Deno.FsFile {
+  for (let attempt = 0;; attempt++) {
+    let before: Deno.FileInfo | null = null;
+    try {
+      before = Deno.lstatSync(path);
+    } catch (err) {
+      if (!(err instanceof Deno.errors.NotFound)) throw err;
+    }
+    if (before === null) {
+      try {
+        return Deno.openSync(path, { append: true, createNew: true, mode: 0o600 });
+      } catch (err) {
+        // Made between the check and the create: checked again.
+        if (err instanceof Deno.errors.AlreadyExists && attempt < 3) continue;
+        throw err;
+      }
+    }
+    if (!before.isFile) {
+      throw new Error(
+        `${path} is ${before.isSymlink ? "a symbolic link" : "not a regular file"}`,
+      );
+    }
+    const file = Deno.openSync(path, { append: true });
+    const opened = file.statSync();
+    if (opened.ino === before.ino && opened.dev === before.dev) return file;
+    file.close();
+    if (attempt >= 3) throw new Error(`${path} was replaced while it was opened`);
+  }
+}
+
 /** The most distinct blocked URLs the summary keeps per host (the access log has them all). */
 export const SUMMARY_URLS_PER_HOST = 20;
 /**
@@ -141,6 +179,8 @@ export const SUMMARY_URL_LENGTH = 256;
 export class BlockedTally {
   #perHost = new Map<string, number>();
   #noRule = new Set<string>();
+  /** Ports requests to a host were blocked for (at most {@linkcode SUMMARY_URLS_PER_HOST}). */
+  #ports = new Map<string, Set<number>>();
   #urls = new Map<string, { shown: Set<string>; more: number }>();
   /** Blocked requests to hosts past {@linkcode SUMMARY_HOSTS}. */
   #otherHosts = 0;
@@ -154,9 +194,18 @@ export class BlockedTally {
       return;
     }
     this.#perHost.set(e.host, (count ?? 0) + 1);
-    // Only names --allow-domains takes are suggested: the summary's line is
-    // meant to be pasted into a shell, and the workload chose these hosts.
-    if (e.rule === "no-rule" && domainProblem(e.host) === null) this.#noRule.add(e.host);
+    // Only names --allow-domains takes are suggested (an IP address is one):
+    // the summary's line is meant to be pasted into a shell, and the
+    // workload chose these hosts.
+    if ((e.rule === "no-rule" || e.rule === "ip-literal") && domainProblem(e.host) === null) {
+      this.#noRule.add(e.host);
+    }
+    // Blocked for its port alone, the host may well be allowed: say so.
+    if (e.rule.startsWith("port:")) {
+      let ports = this.#ports.get(e.host);
+      if (!ports) this.#ports.set(e.host, ports = new Set());
+      if (ports.size < SUMMARY_URLS_PER_HOST) ports.add(Number(e.rule.slice(5)));
+    }
     if (e.url && e.rule.startsWith("url-")) {
       let u = this.#urls.get(e.host);
       if (!u) this.#urls.set(e.host, u = { shown: new Set(), more: 0 });
@@ -174,7 +223,13 @@ export class BlockedTally {
     if (this.#perHost.size === 0) return null;
     const lines = ["forgekit firewall: blocked requests:"];
     for (const [host, n] of [...this.#perHost].sort((a, b) => b[1] - a[1])) {
-      lines.push(`  ${host === "" ? "(no host: not a proxy request)" : printable(host)}  ${n}`);
+      const ports = this.#ports.get(host);
+      const why = ports
+        ? `  (port ${[...ports].join(", ")}: only ${ALLOWED_PORTS.join(" and ")} are allowed)`
+        : "";
+      lines.push(
+        `  ${host === "" ? "(no host: not a proxy request)" : printable(host)}  ${n}${why}`,
+      );
     }
     if (this.#otherHosts) {
       lines.push(

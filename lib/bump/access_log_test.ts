@@ -4,6 +4,7 @@ import {
   type AccessLogEntry,
   BlockedTally,
   logTime,
+  openLogFile,
   SUMMARY_URLS_PER_HOST,
 } from "./access_log.ts";
 
@@ -49,7 +50,7 @@ Deno.test("the summary counts per host (most first), suggests domains and lists 
       "  api.example  4",
       "  b.example  3",
       "  a.example  1",
-      "  c.example  1",
+      "  c.example  1  (port 8443: only 80 and 443 are allowed)",
       "  to allow them: --allow-domains api.example,a.example,b.example",
       "  blocked URLs by host:",
       "    api.example:",
@@ -125,6 +126,55 @@ Deno.test("debug lines escape control characters; log lines escape C0 and C1 con
       "GE\x1b]0;pwned\x07T\x9b2J",
       "the value is kept, escaped",
     );
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("the summary suggests a blocked IP address, and says which port blocked a host", () => {
+  const t = new BlockedTally();
+  t.add(entry({ host: "1.1.1.1", rule: "ip-literal" }));
+  t.add(entry({ host: "2001:db8::1", rule: "ip-literal" }));
+  // Other spellings of an address are no entry --allow-domains takes.
+  t.add(entry({ host: "0x7f.1", rule: "ip-literal" }));
+  t.add(entry({ host: "api.github.com", port: 8080, rule: "port:8080" }));
+  t.add(entry({ host: "api.github.com", port: 22, rule: "port:22" }));
+  const summary = t.summary(["api.github.com"])!;
+  assert.match(
+    summary,
+    /^ {2}to allow them: --allow-domains api\.github\.com,1\.1\.1\.1,2001:db8::1$/m,
+  );
+  assert.match(
+    summary,
+    /^ {2}api\.github\.com {2}2 {2}\(port 8080, 22: only 80 and 443 are allowed\)$/m,
+  );
+  assert.match(summary, /^ {2}1\.1\.1\.1 {2}1$/m);
+});
+
+Deno.test("a log file is never opened through a symbolic link, and a new one is 0600", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    // Whoever can write to the directory plants a link to a file of theirs choosing.
+    await Deno.writeTextFile(`${dir}/victim`, "precious\n");
+    await Deno.symlink(`${dir}/victim`, `${dir}/access.log`);
+    assert.throws(() => new AccessLog(`${dir}/access.log`), /is a symbolic link/);
+    await Deno.symlink(`${dir}/nowhere`, `${dir}/dangling.log`);
+    assert.throws(() => openLogFile(`${dir}/dangling.log`), /is a symbolic link/);
+    await assert.rejects(() => Deno.lstat(`${dir}/nowhere`), Deno.errors.NotFound);
+    assert.equal(await Deno.readTextFile(`${dir}/victim`), "precious\n");
+    await Deno.mkdir(`${dir}/a-dir`);
+    assert.throws(() => openLogFile(`${dir}/a-dir`), /not a regular file/);
+
+    const log = new AccessLog(`${dir}/new.log`);
+    log.write(entry({}));
+    log.close();
+    assert.equal((await Deno.stat(`${dir}/new.log`)).mode! & 0o777, 0o600);
+    // An existing regular file is appended to.
+    const again = new AccessLog(`${dir}/new.log`);
+    again.write(entry({ host: "second.example" }));
+    again.close();
+    const lines = (await Deno.readTextFile(`${dir}/new.log`)).trim().split("\n");
+    assert.deepEqual(lines.map((l) => JSON.parse(l).host), ["example.com", "second.example"]);
   } finally {
     await Deno.remove(dir, { recursive: true });
   }

@@ -36,7 +36,7 @@ Usage: forgekit firewall [options] -- COMMAND [ARGS…]
 
 Domain filtering:
   --allow-domains LIST        Comma-separated: example.com (and its subdomains), *.example.com
-                              (subdomains only), or an IP address. Empty: everything is blocked
+                              (subdomains only), or an IP address. Without it, all is blocked
   --allow-domains-file FILE   More allowed domains, one per line or comma-separated, # comments
   --block-domains LIST        Domains blocked even when allowed
 HTTPS inspection:
@@ -46,7 +46,7 @@ HTTPS inspection:
   --upstream-ca FILE          Extra CA (PEM) trusted for upstream servers (also: DENO_CERT)
 Logs and sandbox:
   --log-level LEVEL           debug, info, warn or error (default info)
-  --log-dir DIR               Where access.log goes (default /tmp/fw-logs-<timestamp>/)
+  --log-dir DIR               Where access.log goes (default /tmp/fw-logs-<timestamp>-<random>/)
   --no-sandbox                No namespaces: only the proxy variables are set (a program can bypass them)
   -h, --help                  Show this help
 
@@ -65,6 +65,26 @@ const LEVELS = ["debug", "info", "warn", "error"] as const;
 
 function stamp(): string {
   return new Date().toISOString().replace(/[-:]/g, "").replace(/\..*$/, "").replace("T", "-");
+}
+
+/**
+ * Creates this run's default log directory, `/tmp/fw-logs-<timestamp>-<random>`
+ * (mode 0700): made new, never one that exists (another user could have
+ * made it, with a link in it), so runs never share or inherit one.
+ */
+function makeLogDir(): string {
+  for (let attempt = 0;; attempt++) {
+    const random = crypto.getRandomValues(new Uint8Array(4));
+    const suffix = Array.from(random, (b) => b.toString(16).padStart(2, "0")).join("");
+    const dir = join("/tmp", `fw-logs-${stamp()}-${suffix}`);
+    try {
+      Deno.mkdirSync(dir, { mode: 0o700 });
+      return dir;
+    } catch (err) {
+      if (err instanceof Deno.errors.AlreadyExists && attempt < 8) continue;
+      throw usageError(`Cannot create the log directory ${dir}`, "give one with --log-dir", err);
+    }
+  }
 }
 
 /** Runs `forgekit firewall …`. */
@@ -215,14 +235,25 @@ export async function runFirewall(argv: string[]): Promise<number> {
   const debug = level === "debug" ? (line: string) => console.error(line) : undefined;
 
   removeStaleSessions();
-  const logDir = values["log-dir"] ?? join("/tmp", `fw-logs-${stamp()}`);
+  const logDir = values["log-dir"] ?? makeLogDir();
+  if (values["log-dir"] !== undefined) {
+    try {
+      Deno.mkdirSync(logDir, { recursive: true, mode: 0o700 });
+    } catch (err) {
+      throw usageError(`Cannot create --log-dir ${logDir}`, "check the path and permissions", err);
+    }
+  }
+  let log: AccessLog;
   try {
-    Deno.mkdirSync(logDir, { recursive: true, mode: 0o700 });
+    log = new AccessLog(join(logDir, "access.log"), debug);
   } catch (err) {
-    throw usageError(`Cannot create --log-dir ${logDir}`, "check the path and permissions", err);
+    throw usageError(
+      `Cannot open ${join(logDir, "access.log")}: ${(err as Error).message}`,
+      "remove it or choose another --log-dir",
+      err,
+    );
   }
   const session = createSession();
-  const log = new AccessLog(join(logDir, "access.log"), debug);
   let bump: BumpSession | null = null;
   let listener: ProxyListener | null = null;
   let serving: Promise<void> | null = null;
