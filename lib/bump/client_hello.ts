@@ -1,10 +1,16 @@
-/** Reading the SNI from a TLS ClientHello. Pure: bytes in, answer out. */
+/** Reading the SNI (and the ALPN offer) from a TLS ClientHello. Pure: bytes in, answer out. */
 
 /** The outcome of looking at the bytes read so far. */
 export type HelloResult =
   | { status: "more" }
   | { status: "invalid"; why: string }
-  | { status: "ok"; sni: string | null; length: number };
+  | {
+    status: "ok";
+    sni: string | null;
+    length: number;
+    /** The protocols offered in ALPN (RFC 7301), in the client's order. */
+    alpn: string[];
+  };
 
 /** The largest ClientHello read (several TLS records are allowed). */
 export const MAX_HELLO = 64 * 1024;
@@ -18,9 +24,9 @@ export const MAX_HELLO_RECORDS = 64;
 
 /**
  * Parses a ClientHello (possibly spread over several TLS records) and returns
- * its server_name, null when it has none, or asks for more bytes. A
- * ClientHello naming more than one server is invalid: which one a server
- * would take is not for the proxy to guess. Each call costs time in the
+ * its server_name, null when it has none, and its ALPN offer, or asks for
+ * more bytes. A ClientHello naming more than one server is invalid: which
+ * one a server would take is not for the proxy to guess. Each call costs time in the
  * number of records until the ClientHello is whole, so calling it again as
  * bytes arrive stays cheap.
  */
@@ -62,12 +68,13 @@ export function parseClientHello(buf: Uint8Array): HelloResult {
     if (!(p <= m.length)) throw new RangeError("truncated");
   };
   const names: string[] = [];
+  const alpn: string[] = [];
   try {
     skip(0);
     skip(1 + m[p]); // session id
     skip(2 + ((m[p] << 8) | m[p + 1])); // cipher suites
     skip(1 + m[p]); // compression
-    if (p + 2 > m.length) return { status: "ok", sni: null, length: off };
+    if (p + 2 > m.length) return { status: "ok", sni: null, length: off, alpn };
     const extEnd = p + 2 + ((m[p] << 8) | m[p + 1]);
     p += 2;
     while (p + 4 <= extEnd) {
@@ -87,6 +94,13 @@ export function parseClientHello(buf: Uint8Array): HelloResult {
           }
           q += 3 + nameLen;
         }
+      } else if (type === 16 && body + len <= m.length) {
+        // application_layer_protocol_negotiation: length-prefixed names. Only
+        // a hint (an origin connection opened early): a malformed list is
+        // read as far as it is well-formed, never refused.
+        for (let q = body + 2; q < body + len && q + 1 + m[q] <= body + len; q += 1 + m[q]) {
+          alpn.push(String.fromCharCode(...m.subarray(q + 1, q + 1 + m[q])));
+        }
       }
       p = body + len;
     }
@@ -94,7 +108,7 @@ export function parseClientHello(buf: Uint8Array): HelloResult {
     return { status: "invalid", why: "truncated ClientHello" };
   }
   if (names.length > 1) return { status: "invalid", why: "ClientHello names more than one server" };
-  return { status: "ok", sni: names[0] ?? null, length: off };
+  return { status: "ok", sni: names[0] ?? null, length: off, alpn };
 }
 
 /** The first `n` payload bytes of the records at `spans`. */

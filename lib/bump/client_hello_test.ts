@@ -152,3 +152,41 @@ Deno.test("parseClientHello() refuses a ClientHello spread over more than 64 rec
   }
   assert.ok(performance.now() - started < 200, `${performance.now() - started} ms`);
 });
+
+Deno.test("parseClientHello() reads the ALPN offer of real clients' ClientHellos", async () => {
+  const cases: [string[], string[]][] = [
+    [["curl", "-sk", "-m", "3", "--http2", "https://127.0.0.1:PORT/"], ["h2", "http/1.1"]],
+    [["curl", "-sk", "-m", "3", "--http1.1", "https://127.0.0.1:PORT/"], ["http/1.1"]],
+    [["openssl", "s_client", "-connect", "127.0.0.1:PORT", "-alpn", "h2"], ["h2"]],
+    [["openssl", "s_client", "-connect", "127.0.0.1:PORT"], []],
+  ];
+  for (const [cmd, alpn] of cases) {
+    const r = parseClientHello(await captureHello(cmd));
+    assert.equal(r.status, "ok", cmd.join(" "));
+    if (r.status === "ok") assert.deepEqual(r.alpn, alpn, cmd.join(" "));
+  }
+});
+
+Deno.test("parseClientHello() reads a malformed ALPN list as far as it goes, never refusing the hello", async () => {
+  const hello = await captureHello([
+    "curl",
+    "-sk",
+    "-m",
+    "3",
+    "--http2",
+    "--resolve",
+    "alpn.example:PORT:127.0.0.1",
+    "https://alpn.example:PORT/",
+  ]);
+  // The first name ("\x02h2") now claims more bytes than the list holds.
+  const at = hello.findIndex((b, i) => b === 2 && hello[i + 1] === 0x68 && hello[i + 2] === 0x32);
+  assert.ok(at > 0);
+  const broken = hello.slice();
+  broken[at] = 0x7f;
+  const r = parseClientHello(broken);
+  assert.equal(r.status, "ok");
+  if (r.status === "ok") {
+    assert.equal(r.sni, "alpn.example");
+    assert.deepEqual(r.alpn, []);
+  }
+});

@@ -21,6 +21,13 @@ export interface BumpRequest {
    * or (HTTP/2) it reset the stream.
    */
   signal?: AbortSignal;
+  /** The request came over HTTP/2. */
+  http2?: boolean;
+  /**
+   * HTTP/2: the trailers that ended the request (checked, lower-case
+   * names), known once its body has ended; null when it had none.
+   */
+  trailers?: () => [string, string][] | null;
 }
 
 /**
@@ -43,8 +50,16 @@ export interface BumpReply {
   /** End-to-end fields; the server sets the framing fields itself. */
   headers: [string, string][];
   body: Uint8Array | ReadableStream<Uint8Array> | null;
-  /** The body's length when known in advance. */
+  /**
+   * The body's length when known in advance. With a body given whole, null
+   * means none is declared (HTTP/2 only; HTTP/1.1 declares its length).
+   */
   length: number | null;
+  /**
+   * HTTP/2: trailers to send after the body, asked for once the body has
+   * ended; null when there are none.
+   */
+  trailers?: () => [string, string][] | null;
   /**
    * With a 101: the connection to relay to, and bytes it already sent. The
    * server calls `ended` with the bytes relayed each way once the relay is

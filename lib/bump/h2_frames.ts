@@ -183,3 +183,60 @@ export function parseSettings(payload: Uint8Array): [number, number][] {
   }
   return out;
 }
+
+/**
+ * A header block as frames: a HEADERS frame, then as many CONTINUATION
+ * frames as `maxFrame` needs; END_HEADERS on the last, END_STREAM (when
+ * asked) on the first.
+ *
+ * @example
+ * ```ts
+ * headerFrames(1, new HpackEncoder().encode([[":status", "200"]]), true, MIN_FRAME_SIZE);
+ * ```
+ */
+export function headerFrames(
+  stream: number,
+  block: Uint8Array,
+  endStream: boolean,
+  maxFrame: number,
+): Uint8Array {
+  const count = Math.max(1, Math.ceil(block.byteLength / maxFrame));
+  const out = new Uint8Array(block.byteLength + count * FRAME_HEADER);
+  let at = 0;
+  for (let i = 0; i < count; i++) {
+    const part = block.subarray(i * maxFrame, (i + 1) * maxFrame);
+    const flags = (i === count - 1 ? Flag.END_HEADERS : 0) |
+      (i === 0 && endStream ? Flag.END_STREAM : 0);
+    putFrameHeader(
+      out,
+      at,
+      part.byteLength,
+      i === 0 ? FrameType.HEADERS : FrameType.CONTINUATION,
+      flags,
+      stream,
+    );
+    out.set(part, at + FRAME_HEADER);
+    at += FRAME_HEADER + part.byteLength;
+  }
+  return out;
+}
+
+/** The 31-bit number (a stream id, a window increment) at `at`; the reserved bit is ignored. */
+export function u31(bytes: Uint8Array, at: number): number {
+  return ((bytes[at] & 0x7f) << 24 | bytes[at + 1] << 16 | bytes[at + 2] << 8 | bytes[at + 3]) >>>
+    0;
+}
+
+/**
+ * An error code's name (RFC 9113 §7), or its number in hex when unknown.
+ *
+ * @example
+ * ```ts
+ * errorName(ErrorCode.REFUSED_STREAM); // "REFUSED_STREAM"
+ * errorName(0x77); // "0x77"
+ * ```
+ */
+export function errorName(code: number): string {
+  for (const [name, value] of Object.entries(ErrorCode)) if (value === code) return name;
+  return `0x${code.toString(16)}`;
+}

@@ -139,3 +139,46 @@ export function checkRequestFields(fields: [string, string][]): H2RequestFields 
   }
   return { ok: true, method, authority: chosen, path, headers, length, connect: false };
 }
+
+/**
+ * Why a regular field is malformed in HTTP/2, or null (RFC 9113 §8.2):
+ * an upper-case or invalid name, a control character or surrounding
+ * whitespace in the value, a connection-specific field (`te` included:
+ * outside a request's header section it is one too).
+ *
+ * @example
+ * ```ts
+ * fieldProblem("grpc-status", "0"); // null
+ * fieldProblem("Grpc-Status", "0"); // 'invalid field name "Grpc-Status"'
+ * ```
+ */
+export function fieldProblem(name: string, value: string): string | null {
+  if (name.charCodeAt(0) === 58) return `pseudo-field ${JSON.stringify(name)} where none may be`;
+  if (!LOWER_TOKEN.test(name)) return `invalid field name ${JSON.stringify(name)}`;
+  if (!FIELD_VALUE.test(value) || /^[\t ]|[\t ]$/.test(value)) {
+    return `invalid value in field ${name}`;
+  }
+  if (CONNECTION_SPECIFIC.has(name) || name === "te") return `connection-specific field ${name}`;
+  return null;
+}
+
+/**
+ * Checks a trailer section (a HEADERS block after the body), from a client or
+ * from an origin: no pseudo-field, and every field well-formed
+ * ({@linkcode fieldProblem}).
+ *
+ * @example
+ * ```ts
+ * checkTrailerFields([["grpc-status", "0"]]); // { ok: true, fields: [["grpc-status", "0"]] }
+ * checkTrailerFields([[":status", "200"]]); // { ok: false, why: "pseudo-field \":status\" …" }
+ * ```
+ */
+export function checkTrailerFields(
+  fields: [string, string][],
+): { ok: true; fields: [string, string][] } | { ok: false; why: string } {
+  for (const [name, value] of fields) {
+    const why = fieldProblem(name, value);
+    if (why !== null) return { ok: false, why };
+  }
+  return { ok: true, fields };
+}

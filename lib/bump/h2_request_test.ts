@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { checkRequestFields } from "./h2_request.ts";
+import { checkRequestFields, checkTrailerFields, fieldProblem } from "./h2_request.ts";
 
 const BASE: [string, string][] = [
   [":method", "GET"],
@@ -91,4 +91,38 @@ Deno.test("checkRequestFields() refuses malformed requests, naming why", () => {
 
 Deno.test("checkRequestFields() accepts Host equal to :authority in another case", () => {
   assert.ok(checkRequestFields([...BASE, ["host", "API.github.com"]]).ok);
+});
+
+Deno.test("checkTrailerFields() refuses pseudo-fields and malformed or connection-specific fields", () => {
+  const cases: [[string, string][], RegExp | null][] = [
+    [[["grpc-status", "0"], ["grpc-message", "ok"]], null],
+    [[], null],
+    [[[":status", "200"]], /pseudo-field ":status"/],
+    [[["Grpc-Status", "0"]], /invalid field name/],
+    [[["x", "a\rb"]], /invalid value/],
+    [[["te", "trailers"]], /connection-specific field te/],
+    [[["connection", "close"]], /connection-specific/],
+  ];
+  for (const [fields, why] of cases) {
+    const got = checkTrailerFields(fields);
+    if (why === null) assert.deepEqual(got, { ok: true, fields }, JSON.stringify(fields));
+    else {
+      assert.ok(!got.ok, JSON.stringify(fields));
+      assert.match(got.why, why, JSON.stringify(fields));
+    }
+  }
+});
+
+Deno.test("fieldProblem() names what makes a field malformed in HTTP/2, te included", () => {
+  const cases: [string, string, string | null][] = [
+    ["grpc-status", "0", null],
+    ["x-bin", "AQID", null],
+    [":path", "/", 'pseudo-field ":path" where none may be'],
+    ["Grpc-Status", "0", 'invalid field name "Grpc-Status"'],
+    ["x-a", "trailing ", "invalid value in field x-a"],
+    ["x-a", "a\x00b", "invalid value in field x-a"],
+    ["keep-alive", "5", "connection-specific field keep-alive"],
+    ["te", "trailers", "connection-specific field te"],
+  ];
+  for (const [name, value, why] of cases) assert.equal(fieldProblem(name, value), why, name);
 });

@@ -30,6 +30,7 @@ import {
   FrameType,
   goawayFrame,
   H2ConnectionError,
+  headerFrames,
   MAX_WINDOW,
   MIN_FRAME_SIZE,
   parseSettings,
@@ -38,10 +39,16 @@ import {
   rstStreamFrame,
   Setting,
   settingsFrame,
+  u31,
   windowUpdateFrame,
 } from "./h2_frames.ts";
 import { HpackDecoder, HpackEncoder, HpackError } from "./hpack.ts";
-import { checkRequestFields, CONNECTION_SPECIFIC, LOWER_TOKEN } from "./h2_request.ts";
+import {
+  checkRequestFields,
+  checkTrailerFields,
+  CONNECTION_SPECIFIC,
+  LOWER_TOKEN,
+} from "./h2_request.ts";
 import { FIELD_VALUE } from "./request_head.ts";
 import { gatheredReads, type SocketIo } from "./socket_io.ts";
 import { closeQuietly, concat } from "./conn_io.ts";
@@ -141,6 +148,8 @@ interface Stream {
   unread: boolean;
   /** The client ended its side (END_STREAM). */
   remoteClosed: boolean;
+  /** The trailers that ended the request, when it had any. */
+  trailers: [string, string][] | null;
   /** Our side ended (END_STREAM or RST_STREAM sent, or reset by the client). */
   localClosed: boolean;
   reset: boolean;
@@ -664,13 +673,18 @@ class H2Connection {
           `HEADERS on stream ${id}, below stream ${this.#lastStream} already opened`,
         );
       }
-      // Trailers: they end the stream; their fields are not passed on.
+      // Trailers: they end the stream, and go on with it (to an HTTP/2 origin).
       if (existing.remoteClosed) return this.#streamError(id, ErrorCode.STREAM_CLOSED);
-      if (!endStream || selfDependent || fields?.some(([k]) => k.startsWith(":"))) {
-        this.#fail(existing, new RequestBodyError("malformed trailers"));
+      const trailers = fields === null
+        ? { ok: false as const, why: `larger than ${MAX_HEADER_LIST} bytes` }
+        : checkTrailerFields(fields);
+      if (!endStream || selfDependent || !trailers.ok) {
+        const why = trailers.ok ? "" : `: ${trailers.why}`;
+        this.#fail(existing, new RequestBodyError(`malformed trailers${why}`));
         return this.#streamError(id, ErrorCode.PROTOCOL_ERROR);
       }
       existing.remoteClosed = true;
+      if (trailers.fields.length > 0) existing.trailers = trailers.fields;
       if (existing.length !== null && existing.received !== existing.length) {
         this.#fail(
           existing,
@@ -709,6 +723,7 @@ class H2Connection {
       spare: 0,
       unread: false,
       remoteClosed: endStream,
+      trailers: null,
       localClosed: false,
       reset: false,
       failure: null,
@@ -771,6 +786,8 @@ class H2Connection {
         body,
         upgrade: null,
         signal: stream.cancel.signal,
+        http2: true,
+        trailers: () => stream.trailers,
       }).catch((e) => ownReply(502, "", `Bad gateway: ${(e as Error).message}\n`)),
       req.method,
     );
@@ -992,14 +1009,17 @@ class H2Connection {
     for (const wake of waiters) wake();
   }
 
-  /** The response fields as a header block, split into HEADERS and CONTINUATION frames. */
+  /**
+   * The response fields (or, with `status` null, trailers) as a header
+   * block, split into HEADERS and CONTINUATION frames.
+   */
   #headFrames(
     stream: Stream,
-    status: number,
+    status: number | null,
     headers: [string, string][],
     endStream: boolean,
   ): Uint8Array {
-    const fields: [string, string][] = [[":status", String(status)]];
+    const fields: [string, string][] = status === null ? [] : [[":status", String(status)]];
     for (const [k, v] of headers) {
       const name = k.toLowerCase();
       if (!CONNECTION_SPECIFIC.has(name) && LOWER_TOKEN.test(name) && FIELD_VALUE.test(v)) {
@@ -1009,26 +1029,7 @@ class H2Connection {
     // Every block starts with a table size update to 0: the encoder keeps no
     // table, and the client may lower its size at any time (RFC 7541 §4.2).
     const block = concat([TABLE_SIZE_ZERO, this.#encoder.encode(fields)]);
-    const max = this.#peerFrameSize;
-    const count = Math.max(1, Math.ceil(block.byteLength / max));
-    const out = new Uint8Array(block.byteLength + count * FRAME_HEADER);
-    let at = 0;
-    for (let i = 0; i < count; i++) {
-      const part = block.subarray(i * max, (i + 1) * max);
-      const last = i === count - 1;
-      const flags = (last ? Flag.END_HEADERS : 0) | (i === 0 && endStream ? Flag.END_STREAM : 0);
-      putFrameHeader(
-        out,
-        at,
-        part.byteLength,
-        i === 0 ? FrameType.HEADERS : FrameType.CONTINUATION,
-        flags,
-        stream.id,
-      );
-      out.set(part, at + FRAME_HEADER);
-      at += FRAME_HEADER + part.byteLength;
-    }
-    return out;
+    return headerFrames(stream.id, block, endStream, this.#peerFrameSize);
   }
 
   async #writeHead(
@@ -1042,7 +1043,17 @@ class H2Connection {
     await this.#send(stream, this.#headFrames(stream, status, headers, endStream));
   }
 
-  /** Writes a reply: HEADERS, then the body as DATA within the flow-control windows. */
+  /** Ends a stream with trailers: a HEADERS frame with END_STREAM and no pseudo-field. */
+  async #writeTrailers(stream: Stream, trailers: [string, string][]): Promise<void> {
+    if (stream.reset) throw new Error(`stream ${stream.id} was reset`);
+    stream.localClosed = true;
+    await this.#send(stream, this.#headFrames(stream, null, trailers, true));
+  }
+
+  /**
+   * Writes a reply: HEADERS, then the body as DATA within the flow-control
+   * windows, then its trailers when it has any (else END_STREAM on DATA).
+   */
   async #respond(stream: Stream, reply: BumpReply, method: string): Promise<void> {
     if (reply.tunnel || reply.status < 200) {
       // No protocol switch on HTTP/2 (RFC 9113 §8.6).
@@ -1053,11 +1064,11 @@ class H2Connection {
       reply = ownReply(502, "", "Bad gateway: the origin switched protocols\n");
     }
     const bodiless = method === "HEAD" || reply.status === 204 || reply.status === 304;
+    // A body that came whole, or none, without a declared length (from an
+    // HTTP/2 origin) is sent without one too, as the origin did.
     const length = reply.sized?.length ??
       (reply.body instanceof Uint8Array
-        ? reply.body.byteLength
-        : reply.body === null
-        ? 0
+        ? reply.length === null ? null : reply.body.byteLength
         : reply.length);
     // Without a body, a length describes the resource: the origin's own is kept.
     const headers = bodiless
@@ -1079,7 +1090,10 @@ class H2Connection {
       }
       const head = this.#headFrames(stream, reply.status, headers, false);
       if (reply.body instanceof Uint8Array) {
-        return await this.#writeData(stream, reply.body, true, head);
+        const trailers = reply.trailers?.();
+        if (!trailers) return await this.#writeData(stream, reply.body, true, head);
+        await this.#writeData(stream, reply.body, false, head);
+        return await this.#writeTrailers(stream, trailers);
       }
       if (reply.sized) {
         const { conn, buffered, ended } = reply.sized;
@@ -1104,7 +1118,9 @@ class H2Connection {
       for (let r = await reader.read(); !r.done; r = await reader.read()) {
         if (r.value.byteLength) await this.#writeData(stream, r.value, false);
       }
-      await this.#writeData(stream, new Uint8Array(0), true);
+      const trailers = reply.trailers?.();
+      if (trailers) await this.#writeTrailers(stream, trailers);
+      else await this.#writeData(stream, new Uint8Array(0), true);
     } finally {
       stream.onReset = null;
       if (reply.sized) closeQuietly(reply.sized.conn);
@@ -1186,10 +1202,4 @@ class H2Connection {
       });
     }
   }
-}
-
-/** The 31-bit number (a stream id, a window increment) at `at`; the reserved bit is ignored. */
-function u31(bytes: Uint8Array, at: number): number {
-  return ((bytes[at] & 0x7f) << 24 | bytes[at + 1] << 16 | bytes[at + 2] << 8 | bytes[at + 3]) >>>
-    0;
 }

@@ -35,6 +35,7 @@ import {
 } from "./exchange.ts";
 import { serveH1 } from "./h1_server.ts";
 import { serveH2 } from "./h2_server.ts";
+import { parseClientHello } from "./client_hello.ts";
 import tls from "node:tls";
 
 /** One access-log line: the firewall's entry. */
@@ -45,7 +46,7 @@ export interface InterceptorOptions {
   patterns: UrlPattern[];
   /** Signs (or returns the cached) leaf for a host. */
   leafFor: (host: string) => Promise<Leaf>;
-  /** Upstream requests: pooled HTTP/1.1 connections to origins. */
+  /** Upstream requests: pooled connections to origins (HTTP/1.1, and HTTP/2 for HTTP/2 clients). */
   origins: OriginClient;
   log: (entry: BumpLogEntry) => void;
   /** Decision lines for `--log-level debug`; absent otherwise (the lines are then not made). */
@@ -133,6 +134,12 @@ export class Interceptor {
     if (this.#closed || !(client instanceof NodeConn)) return closeQuietly(client);
     const ctx = { host: host.toLowerCase(), port };
     this.#opts.origins.warm(ctx.host, port);
+    // A client offering h2 gets it (forgekit prefers it): its requests may go
+    // to the origin over HTTP/2, whose connection is opened during the handshake.
+    const hello = parseClientHello(clientHello);
+    if (hello.status === "ok" && hello.alpn.includes("h2")) {
+      this.#opts.origins.warmH2(ctx.host, port);
+    }
     let socket: tls.TLSSocket | undefined;
     try {
       const secureContext = await this.#secureContext(ctx.host);
@@ -317,7 +324,7 @@ export class Interceptor {
   async #forward(
     ctx: ConnContext,
     allowed: Allowed,
-    { method, headers, body, signal }: BumpRequest,
+    { method, headers, body, signal, http2, trailers }: BumpRequest,
     upgrade?: string,
   ): Promise<BumpReply> {
     let bytesOut = 0;
@@ -333,6 +340,10 @@ export class Interceptor {
         onBodyBytes: (n) => bytesOut = n,
         upgrade,
         signal,
+        // HTTP/2 clients may be answered over HTTP/2; `te: trailers` goes with them then.
+        http2: http2
+          ? { te: headers.some(([k, v]) => k === "te" && v === "trailers"), trailers }
+          : undefined,
       });
     } catch (e) {
       if (e instanceof RequestCancelled) {

@@ -1,7 +1,23 @@
 /**
- * forgekit's own HTTP/1.1 client for bumped requests: kept-alive TLS
- * connections to each origin, pooled, verified against Deno's roots plus the
- * session's extra CAs, dialled directly or through the upstream proxy.
+ * forgekit's own client for bumped requests: kept-alive TLS connections to
+ * each origin, pooled, verified against Deno's roots plus the session's
+ * extra CAs, dialled directly or through the upstream proxy.
+ *
+ * Requests from HTTP/1.1 clients (and WebSocket handshakes) always go over
+ * HTTP/1.1, and so do most requests from HTTP/2 clients: on loopback a small
+ * request costs forgekit (and the origin) more over HTTP/2. An HTTP/2
+ * client's request goes over HTTP/2 (`origin_h2.ts`) only when it needs to,
+ * and the origin picks h2 offered h2 and http/1.1:
+ *
+ * - it carries `te: trailers` (gRPC always does): the client takes
+ *   trailers, which only HTTP/2 carries through (both ways);
+ * - the origin does not speak HTTP/1.1 (many gRPC servers offer h2 only):
+ *   an HTTP/1.1-only handshake with it (the connection opened ahead at
+ *   CONNECT) failed or agreed on no protocol.
+ *
+ * One HTTP/2 connection per origin carries many streams. What each origin
+ * picked is remembered, so that one that picked http/1.1 goes straight to
+ * the HTTP/1.1 pool.
  *
  * Why not fetch: on loopback, fetch through a Deno.HttpClient answers about
  * 2,000–6,000 requests per second (HTTP/2 or HTTP/1.1 upstream), a plain
@@ -29,6 +45,9 @@ import {
 import { writeAll } from "./conn_io.ts";
 import { latin1Decode, latin1Encode } from "./latin1.ts";
 import { type BumpReply, RequestBodyError } from "./exchange.ts";
+import { BodySource, H2Pool, OriginH2Connection, type OriginH2Stream } from "./origin_h2.ts";
+import { requestFields } from "./h2_client_session.ts";
+import { bodiless } from "./h2_response.ts";
 
 /** A request to an origin. */
 export interface OriginRequest {
@@ -47,9 +66,19 @@ export interface OriginRequest {
   /**
    * Aborted when the client gave up on the request: until the response head
    * has come, the origin connection is then closed (not reused) and the
-   * request fails.
+   * request fails. (Over HTTP/2, only its stream is reset.)
    */
   signal?: AbortSignal;
+  /**
+   * The client spoke HTTP/2: the request goes over HTTP/2 when the origin
+   * picks it (else over HTTP/1.1, as any other).
+   */
+  http2?: {
+    /** The client sent `te: trailers` (gRPC does): forwarded over HTTP/2. */
+    te: boolean;
+    /** The client's trailers, once its body has ended: forwarded over HTTP/2. */
+    trailers?: () => [string, string][] | null;
+  };
 }
 
 /** An origin's response. */
@@ -71,6 +100,11 @@ export interface OriginResponse {
    * the body bytes passed on, and whether the body came whole.
    */
   onEnd(fn: (bytes: number, whole: boolean, relayedOut?: number) => void): void;
+  /**
+   * Over HTTP/2: the response's trailers, once its body has ended (null:
+   * none). Over HTTP/1.1 a chunked body's trailers are dropped.
+   */
+  trailers?: () => [string, string][] | null;
   /**
    * After a `101` to a request with `upgrade`: the connection, now the
    * caller's, and any bytes the origin sent after the head.
@@ -102,9 +136,9 @@ export interface OriginClientOptions {
 
 /**
  * Origin connections open at once, in use, idle or being opened. Each
- * HTTP/2 stream of a client needs one of its own (origins are spoken to in
- * HTTP/1.1), so without a bound a workload could make forgekit open 100
- * per client connection and run the process out of file descriptors. A
+ * HTTP/2 stream of a client needs one of its own when the origin is spoken
+ * to in HTTP/1.1, so without a bound a workload could make forgekit open
+ * 100 per client connection and run the process out of file descriptors. A
  * parallel build keeps a few dozen requests in flight; past this bound a
  * request waits for a connection to close (or its client to give up).
  */
@@ -119,6 +153,18 @@ export const MAX_WARMING = 16;
 /** The largest response body passed on as one piece rather than streamed. */
 const WHOLE_BODY_LIMIT = 64 * 1024;
 const READ_SIZE = 64 * 1024;
+/** The ALPN offer of HTTP/1.1 connections. */
+const H1_ALPN = ["http/1.1"];
+/** The ALPN offer of connections for HTTP/2 clients: h2 preferred. */
+const H2_ALPN = ["h2", "http/1.1"];
+/** Origins whose ALPN choice is remembered (the least recently dialled are forgotten). */
+const MAX_REMEMBERED = 4096;
+/** Times a request refused unprocessed (GOAWAY, REFUSED_STREAM) is sent again. */
+const H2_RETRIES = 2;
+/** Times a request looks for an HTTP/2 connection with room before it gives up. */
+const MAX_ROUNDS = 16;
+/** Response fields that are about forgekit's own hop, never passed on. */
+const PROXY_FIELDS = new Set(["proxy-authenticate", "proxy-authorization"]);
 
 const enc = new TextEncoder();
 
@@ -330,9 +376,23 @@ export class OriginClient {
   #open = 0;
   /** Requests waiting for a slot, first come first served. */
   #waiting: (() => void)[] = [];
+  /** HTTP/2 connections, for HTTP/2 clients. */
+  #h2: H2Pool;
+  /** What each origin picked when offered h2 and http/1.1. */
+  #alpn = new Map<string, "h2" | "http/1.1">();
+  /** Origins whose HTTP/1.1-only handshake failed or agreed on no protocol: maybe h2 only. */
+  #h1Refused = new Set<string>();
+  /** HTTP/2 connections being opened ahead ({@linkcode warmH2}), bounded as {@linkcode warm}'s. */
+  #warmingH2 = 0;
 
   constructor(options: OriginClientOptions) {
     this.#opts = options;
+    this.#h2 = new H2Pool({ idleMs: options.idleMs });
+  }
+
+  /** What the origin picked, offered h2 and http/1.1 (for HTTP/2 clients), if known. */
+  protocolOf(host: string, port: number): "h2" | "http/1.1" | undefined {
+    return this.#alpn.get(`${host.toLowerCase()}:${port}`);
   }
 
   /** Connections open or being opened now. */
@@ -348,7 +408,7 @@ export class OriginClient {
   #trySlot(): boolean {
     if (this.#open >= this.#max && this.#idleOrder.size > 0) {
       this.#drop(this.#idleOrder.values().next().value!);
-    }
+    } else if (this.#open >= this.#max) this.#h2.closeIdle();
     if (this.#open >= this.#max) return false;
     this.#open++;
     return true;
@@ -394,9 +454,13 @@ export class OriginClient {
     if (this.#warming.size >= MAX_WARMING || this.#waiting.length > 0 || !this.#trySlot()) return;
     const pending = this.#dial(host, port, key).then(async (oc) => {
       try {
-        await oc.conn.handshake();
+        // What the origin agreed to, offered only http/1.1, tells HTTP/2
+        // clients' requests whether it may speak nothing but h2.
+        const { alpnProtocol } = await oc.conn.handshake();
+        this.#noteH1(key, alpnProtocol === "http/1.1");
       } catch (err) {
         oc.close(); // gives its slot back
+        this.#noteH1(key, false);
         throw err;
       }
       return oc;
@@ -409,17 +473,72 @@ export class OriginClient {
     });
   }
 
-  /** Sends a request and returns the response head with its body. */
-  async request(req: OriginRequest): Promise<OriginResponse> {
+  /**
+   * Sends a request and returns the response head with its body: over
+   * HTTP/1.1, or, for an HTTP/2 client's request (`http2`), over HTTP/2 when
+   * the origin picks it.
+   */
+  request(req: OriginRequest): Promise<OriginResponse> {
+    return req.http2 === undefined || req.upgrade !== undefined
+      ? this.#requestH1(req)
+      : this.#requestFromH2(req, req.http2);
+  }
+
+  /**
+   * An HTTP/2 client's request: over HTTP/2 when it carries `te: trailers`
+   * or the origin may not speak HTTP/1.1; else over HTTP/1.1, as any other.
+   */
+  async #requestFromH2(
+    req: OriginRequest,
+    h2: NonNullable<OriginRequest["http2"]>,
+  ): Promise<OriginResponse> {
+    const key = `${req.host.toLowerCase()}:${req.port}`;
+    if (h2.te) return this.#requestH2(req, h2);
+    // The connection opened ahead tells whether the origin speaks HTTP/1.1.
+    const warming = this.#warming.get(key);
+    if (warming !== undefined) await warming;
+    if (this.#h1Refused.has(key)) return this.#requestH2(req, h2);
+    // It answered on an idle connection, or agreed to http/1.1 offered both.
+    if ((this.#idle.get(key)?.length ?? 0) > 0 || this.#alpn.get(key) === "http/1.1") {
+      return this.#requestH1(req);
+    }
+    // A new connection: nothing is sent on it before its handshake shows that
+    // the origin agreed to http/1.1.
+    const oc = await this.#connect(req.host, req.port, key, req.signal);
+    let alpn: string | null = null;
+    try {
+      alpn = (await oc.conn.handshake()).alpnProtocol;
+    } catch {
+      // Refused (an h2-only origin may answer no_application_protocol); tried again offering h2.
+    }
+    this.#noteH1(key, alpn === "http/1.1");
+    if (alpn === "http/1.1") return this.#requestH1(req, oc);
+    oc.close();
+    return this.#requestH2(req, h2);
+  }
+
+  /** Notes whether an HTTP/1.1-only handshake with an origin agreed on http/1.1. */
+  #noteH1(key: string, agreed: boolean): void {
+    if (agreed) return void this.#h1Refused.delete(key);
+    this.#h1Refused.add(key);
+    if (this.#h1Refused.size > MAX_REMEMBERED) {
+      this.#h1Refused.delete(this.#h1Refused.values().next().value!);
+    }
+  }
+
+  /** Over HTTP/1.1; `fresh`: a connection just opened for it. */
+  async #requestH1(req: OriginRequest, fresh?: OriginConn): Promise<OriginResponse> {
     const key = `${req.host.toLowerCase()}:${req.port}`;
     // A pooled connection the origin has since closed fails before any
     // response byte: a body-less request is then retried once on a new one.
     for (let attempt = 0;; attempt++) {
-      const pooled = attempt === 0
+      const pooled = attempt === 0 && fresh === undefined
         ? this.#takeIdle(key) ?? await this.#takeWarming(key)
         : undefined;
       const { signal } = req;
-      const oc: OriginConn = pooled ?? await this.#connect(req.host, req.port, key, signal);
+      const oc: OriginConn = pooled ?? fresh ??
+        await this.#connect(req.host, req.port, key, signal);
+      fresh = undefined;
       if (signal?.aborted) {
         this.#release(oc);
         throw whyAborted(signal, signal.reason);
@@ -441,9 +560,199 @@ export class OriginClient {
     }
   }
 
+  /**
+   * Over HTTP/2 when the origin picks h2; over HTTP/1.1 when it picked
+   * http/1.1 (that connection is used for it, and later requests go
+   * straight to the HTTP/1.1 pool).
+   */
+  async #requestH2(req: OriginRequest, h2: NonNullable<OriginRequest["http2"]>) {
+    const key = `${req.host.toLowerCase()}:${req.port}`;
+    if (this.#alpn.get(key) === "http/1.1") return this.#requestH1(req);
+    const { signal } = req;
+    const body = req.body === null ? null : new BodySource(req.body);
+    // An IPv6 literal is written in brackets in :authority.
+    const host = req.host.includes(":") ? `[${req.host}]` : req.host;
+    const fields = requestFields({
+      method: req.method,
+      authority: req.port === 443 ? host : `${host}:${req.port}`,
+      target: req.target,
+      headers: req.headers,
+      te: h2.te,
+    });
+    for (let attempt = 0;; attempt++) {
+      let conn: OriginConn | OriginH2Connection | null;
+      try {
+        // Taking a connection and opening the stream on it happen in one
+        // turn: across an await, other requests may have filled it.
+        for (let round = 0;; round++) {
+          conn = await this.#h2Connection(req, key);
+          if (!(conn instanceof OriginH2Connection) || conn.available) break;
+          if (round === MAX_ROUNDS) throw new Error("the origin takes no new HTTP/2 stream");
+        }
+      } catch (err) {
+        body?.cancel(err);
+        if (signal?.aborted) throw whyAborted(signal, err);
+        throw err;
+      }
+      if (!(conn instanceof OriginH2Connection)) {
+        return this.#requestH1(
+          body === null ? req : { ...req, body: body.rest() },
+          conn ?? undefined,
+        );
+      }
+      if (signal?.aborted) {
+        body?.cancel(signal.reason);
+        throw whyAborted(signal, signal.reason);
+      }
+      const s = conn.open({
+        method: req.method,
+        fields,
+        trailers: h2.trailers,
+        onBodyBytes: req.onBodyBytes,
+      }, body);
+      try {
+        return await this.#exchangeH2(s, req);
+      } catch (err) {
+        // A malformed body is the reason even when its stream was reset for it.
+        if (err instanceof RequestBodyError) throw err;
+        if (signal?.aborted) throw whyAborted(signal, err);
+        // The chunk a refused stream had read is put back once its sending stops.
+        await s.sent;
+        // Not processed: sent again if none of its body went out. Unanswered
+        // on a connection used before (the origin may have closed it while
+        // idle): a body-less one is sent again once, as over HTTP/1.1.
+        const again = s.retry === "refused"
+          ? !(body?.started ?? false) && attempt < H2_RETRIES
+          : s.retry === "unanswered" && body === null && s.reused && attempt === 0;
+        if (again) continue;
+        body?.cancel(err);
+        throw err;
+      }
+    }
+  }
+
+  /**
+   * A connection for an HTTP/2 client's request: a kept HTTP/2 one with room,
+   * the one a dial under way brings, or a new one (which may turn out
+   * HTTP/1.1); null when the origin picked http/1.1 meanwhile (the HTTP/1.1
+   * pool serves it then).
+   */
+  async #h2Connection(
+    req: OriginRequest,
+    key: string,
+  ): Promise<OriginConn | OriginH2Connection | null> {
+    for (;;) {
+      const kept = this.#h2.take(key);
+      if (kept !== undefined) return kept;
+      const pending = this.#h2.pending(key);
+      if (pending === undefined) break;
+      await pending.catch(() => {});
+      if (req.signal?.aborted) throw whyAborted(req.signal, req.signal.reason);
+      // The origin picked http/1.1: its connection went to the request that opened it.
+      if (this.#alpn.get(key) === "http/1.1") return null;
+    }
+    const dial = this.#slot(req.signal).then(() => this.#dialAlpn(req.host, req.port, key));
+    this.#h2.track(key, dial);
+    return await dial;
+  }
+
+  /**
+   * Opens a connection offering h2 and http/1.1 (a slot already taken) and
+   * remembers the origin's choice: an HTTP/2 connection (kept in the pool),
+   * or an HTTP/1.1 one.
+   */
+  async #dialAlpn(
+    host: string,
+    port: number,
+    key: string,
+  ): Promise<OriginConn | OriginH2Connection> {
+    const tls = await this.#dialTls(host, port, H2_ALPN);
+    let alpn: string | null;
+    try {
+      alpn = (await tls.handshake()).alpnProtocol;
+    } catch (err) {
+      tls.close();
+      throw err;
+    }
+    this.#alpn.delete(key);
+    this.#alpn.set(key, alpn === "h2" ? "h2" : "http/1.1");
+    if (this.#alpn.size > MAX_REMEMBERED) this.#alpn.delete(this.#alpn.keys().next().value!);
+    // Offered both, it took http/1.1 (or agreed on nothing, without ALPN): it speaks it.
+    if (alpn !== "h2") {
+      this.#noteH1(key, true);
+      return new OriginConn(tls, key);
+    }
+    const conn = new OriginH2Connection(tls, key, { onGone: (c) => this.#h2.remove(c) });
+    this.#h2.add(conn);
+    return conn;
+  }
+
+  /**
+   * Opens an HTTP/2 connection to an origin ahead of its first request, when
+   * an HTTP/2 client's ClientHello for it came (see {@linkcode warm}): only
+   * for an origin that HTTP/2 clients' requests were sent to over HTTP/2
+   * before (gRPC services), and none is kept or being opened.
+   */
+  warmH2(host: string, port: number): void {
+    const key = `${host.toLowerCase()}:${port}`;
+    if (this.#closed || this.#alpn.get(key) !== "h2") return;
+    if (this.#h2.take(key) !== undefined || this.#h2.dialing(key) !== undefined) return;
+    if (this.#warmingH2 >= MAX_WARMING || this.#waiting.length > 0 || !this.#trySlot()) return;
+    this.#warmingH2++;
+    const dial = this.#dialAlpn(host, port, key);
+    this.#h2.track(key, dial);
+    // An HTTP/1.1 connection waits in that pool for the first request.
+    dial.then((conn) => conn instanceof OriginConn && this.#release(conn), () => {})
+      .finally(() => this.#warmingH2--);
+  }
+
+  /** One exchange on an HTTP/2 stream: the response head, and its body whole or as a stream. */
+  async #exchangeH2(s: OriginH2Stream, req: OriginRequest): Promise<OriginResponse> {
+    const { signal } = req;
+    const cancel = () => s.cancel(new RequestCancelled(signal!.reason));
+    signal?.addEventListener("abort", cancel);
+    try {
+      const head = await s.head;
+      const noBody = bodiless(req.method, head.status);
+      const end = new ResponseEnd();
+      // Told once the request body has settled too, so that its byte count is final.
+      const notify = (n: number, whole: boolean) => s.sent.then(() => end.settle(n, whole));
+      const res: OriginResponse = {
+        status: head.status,
+        statusText: "",
+        // Without content the length describes the resource: kept, as over HTTP/1.1.
+        headers: head.headers.filter(([k]) =>
+          !PROXY_FIELDS.has(k) && (k !== "content-length" || noBody)
+        ),
+        body: null,
+        length: noBody ? 0 : head.length,
+        onEnd: (fn) => end.on(fn),
+        trailers: () => s.trailers(),
+      };
+      if (noBody || s.ended || (head.length !== null && head.length <= WHOLE_BODY_LIMIT)) {
+        const body = await s.readAll();
+        // A stream the head ended (gRPC's trailers-only answer) stays so: no
+        // body, no trailers, END_STREAM on the HEADERS frame.
+        if (!noBody && (body.byteLength > 0 || s.trailers() !== null || head.length !== null)) {
+          res.body = body;
+        }
+        notify(body.byteLength, true);
+        return res;
+      }
+      res.body = s.body(notify);
+      return res;
+    } catch (err) {
+      if (signal?.aborted && !(err instanceof RequestBodyError)) throw whyAborted(signal, err);
+      throw err;
+    } finally {
+      signal?.removeEventListener("abort", cancel);
+    }
+  }
+
   /** Closes every idle connection; later requests fail. */
   close(): void {
     this.#closed = true;
+    this.#h2.close();
     if (this.#sweeper !== undefined) clearInterval(this.#sweeper);
     // Waiting requests get a slot, and fail to dial with it.
     for (const given of this.#waiting.splice(0)) {
@@ -541,6 +850,11 @@ export class OriginClient {
    * to the caller included), or at once when the dial fails.
    */
   async #dial(host: string, port: number, key: string): Promise<OriginConn> {
+    return new OriginConn(await this.#dialTls(host, port, H1_ALPN), key);
+  }
+
+  /** The TLS connection of {@linkcode #dial}, offering `alpn`; its slot is freed when it closes. */
+  async #dialTls(host: string, port: number, alpn: string[]): Promise<Deno.TlsConn> {
     let tcp: Deno.TcpConn | undefined;
     try {
       if (this.#closed) throw new Error("the origin client is closed");
@@ -549,7 +863,7 @@ export class OriginClient {
       const tls = await Deno.startTls(tcp, {
         hostname: host,
         caCerts: this.#opts.caCerts,
-        alpnProtocols: ["http/1.1"],
+        alpnProtocols: alpn,
       });
       const close = tls.close.bind(tls);
       let open = true;
@@ -560,7 +874,7 @@ export class OriginClient {
         }
         close();
       };
-      return new OriginConn(tls, key);
+      return tls;
     } catch (err) {
       try {
         tcp?.close();
