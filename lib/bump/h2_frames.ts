@@ -4,6 +4,7 @@
  *
  * @module
  */
+import { HpackError } from "./hpack.ts";
 
 /** The client connection preface (RFC 9113 §3.4). */
 export const PREFACE = new TextEncoder().encode("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
@@ -72,6 +73,16 @@ export class H2ConnectionError extends Error {
     super(message);
     this.name = "H2ConnectionError";
   }
+}
+
+/**
+ * The GOAWAY code a failure ends an HTTP/2 connection with: its own for a
+ * connection error, COMPRESSION_ERROR for a header block HPACK could not
+ * decode; null for any other failure (the connection broke: no GOAWAY).
+ */
+export function connectionErrorCode(e: unknown): number | null {
+  if (e instanceof H2ConnectionError) return e.code;
+  return e instanceof HpackError ? ErrorCode.COMPRESSION_ERROR : null;
 }
 
 /** Writes a frame header at `at` in `out`. */

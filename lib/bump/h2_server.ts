@@ -22,6 +22,7 @@
  * @module
  */
 import {
+  connectionErrorCode,
   DEFAULT_WINDOW,
   ErrorCode,
   Flag,
@@ -42,7 +43,7 @@ import {
   u31,
   windowUpdateFrame,
 } from "./h2_frames.ts";
-import { HpackDecoder, HpackEncoder, HpackError } from "./hpack.ts";
+import { HpackDecoder, HpackEncoder } from "./hpack.ts";
 import {
   checkRequestFields,
   checkTrailerFields,
@@ -272,11 +273,7 @@ class H2Connection {
       );
       await this.#readFrames();
     } catch (e) {
-      const code = e instanceof H2ConnectionError
-        ? e.code
-        : e instanceof HpackError
-        ? ErrorCode.COMPRESSION_ERROR
-        : null;
+      const code = connectionErrorCode(e);
       if (code !== null) {
         this.#pending.push(goawayFrame(this.#lastStream, code, (e as Error).message));
       }

@@ -15,8 +15,7 @@
  *
  * @module
  */
-import { ErrorCode, H2ConnectionError } from "./h2_frames.ts";
-import { HpackError } from "./hpack.ts";
+import { connectionErrorCode, ErrorCode } from "./h2_frames.ts";
 import {
   H2ClientSession,
   type ResponseHead,
@@ -495,11 +494,7 @@ export class OriginH2Connection {
     } catch (e) {
       if (this.#over !== null) return;
       const message = (e as Error).message;
-      const code = e instanceof H2ConnectionError
-        ? e.code
-        : e instanceof HpackError
-        ? ErrorCode.COMPRESSION_ERROR
-        : null;
+      const code = connectionErrorCode(e);
       if (code !== null) {
         this.#session.goaway(code, message);
         return this.#end(new Error(`the origin broke HTTP/2: ${message}`), this.#flush());
