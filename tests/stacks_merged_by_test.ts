@@ -10,6 +10,7 @@ import { join } from "node:path";
 import { DatabaseSync } from "node:sqlite";
 import { runForgekit } from "./support/cli.ts";
 import { apiCaller, createToken, seedStacks, startStacksServer } from "./support/stacks_server.ts";
+import { until } from "./support/until.ts";
 
 const SHA = (c: string) => c.repeat(40);
 const P = "/repos/alice/app/pulls";
@@ -59,14 +60,6 @@ function receiver() {
     return new Response(null, { status: 204 });
   });
   return { url: `http://127.0.0.1:${server.addr.port}/hook`, got, close: () => server.shutdown() };
-}
-
-async function until(what: string, cond: () => boolean, ms = 15_000) {
-  const end = Date.now() + ms;
-  while (!cond()) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await sleep(25);
-  }
 }
 
 Deno.test("merged_by is the user who made the merge call, on GET, listings and the closed webhook; the merge response keeps GitHub's shape", async () => {

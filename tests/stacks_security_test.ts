@@ -13,6 +13,7 @@ import {
   type StacksServer,
   startStacksServer,
 } from "./support/stacks_server.ts";
+import { until } from "./support/until.ts";
 
 const SHA = "1".repeat(40);
 
@@ -67,14 +68,6 @@ async function setup(options: { allowPrivateHookTargets?: boolean; extra?: strin
       await Deno.remove(dir, { recursive: true });
     },
   };
-}
-
-async function until(what: string, cond: () => Promise<boolean>, ms = 10_000) {
-  const end = Date.now() + ms;
-  while (!(await cond())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 25));
-  }
 }
 
 Deno.test("a hook URL that cannot reach the public internet is 422, on create and on update", async () => {

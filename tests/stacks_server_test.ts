@@ -15,6 +15,7 @@ import {
   seedStacks,
   startStacksServer,
 } from "./support/stacks_server.ts";
+import { until } from "./support/until.ts";
 
 const SHA = (c: string) => c.repeat(40);
 
@@ -69,14 +70,6 @@ function startReceiver(port: number, secret: string, got: Received[]) {
     });
     return new Response("ok");
   });
-}
-
-async function until(what: string, cond: () => boolean | Promise<boolean>, ms = 15_000) {
-  const end = Date.now() + ms;
-  while (!(await cond())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
 }
 
 Deno.test("the server keeps everything across a restart and answers under /api/v3 too", async () => {

@@ -61,6 +61,7 @@ server = ThreadingHTTPServer(("127.0.0.1", 0), Hook)
 print(server.server_address[1], flush=True)
 server.serve_forever()
 `;
+import { until } from "./support/until.ts";
 
 interface Hit {
   path: string;
@@ -111,14 +112,6 @@ async function pythonReceiver(secret: string) {
       await reading;
     },
   };
-}
-
-async function until(what: string, cond: () => boolean | Promise<boolean>, ms = 15_000) {
-  const end = Date.now() + ms;
-  while (!(await cond())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 25));
-  }
 }
 
 /** A server (retries after 100 ms) with alice's repository `app` and a branch `b1`. */
