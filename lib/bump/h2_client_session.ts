@@ -67,6 +67,16 @@ const CLOSED_MEMORY = 1000;
  * control frames without reading what forgekit writes.
  */
 const FLOOD_BYTES = 1024 * 1024;
+/**
+ * Bytes of frames other than request DATA (HEADERS, RST_STREAM,
+ * WINDOW_UPDATE, GOAWAY, answers) taken to be written and not written yet,
+ * past which the origin counts as not reading (`origin_h2.ts` gives the
+ * connection up): streams that end or that clients give up would otherwise
+ * be replaced by new ones whose HEADERS pile up unsent without bound.
+ * Request DATA is not counted: each stream sends its next chunk only once
+ * the last is written. It is above what 100 streams' HEADERS of 64 KiB take.
+ */
+export const UNSENT_LIMIT = 8 * 1024 * 1024;
 /** A final response head, checked. */
 export interface ResponseHead {
   status: number;
@@ -158,6 +168,8 @@ export class H2ClientSession {
   #nextId = 1;
   #out: Uint8Array[] = [];
   #answers = 0;
+  /** Bytes of frames other than request DATA in #out. */
+  #control = 0;
   /** The start of a frame not yet whole. */
   #rest: Uint8Array | null = null;
   /** The origin's first frame (SETTINGS, §3.4) has come. */
@@ -203,15 +215,31 @@ export class H2ClientSession {
 
   /** The bytes to write now, or null. */
   takeOutput(): Uint8Array | null {
+    return this.takeBatch()?.bytes ?? null;
+  }
+
+  /**
+   * The bytes to write now, with how many of them are frames other than
+   * request DATA (see {@linkcode UNSENT_LIMIT}); null when there are none.
+   */
+  takeBatch(): { bytes: Uint8Array; control: number } | null {
     if (this.#out.length === 0) return null;
-    const out = concat(this.#out);
+    const bytes = concat(this.#out);
+    const control = this.#control;
     this.#out = [];
-    return out;
+    this.#control = 0;
+    return { bytes, control };
   }
 
   /** Everything taken so far has been written (the origin reads what it is sent). */
   written(): void {
     this.#answers = 0;
+  }
+
+  /** Queues a frame other than request DATA. */
+  #push(bytes: Uint8Array): void {
+    this.#control += bytes.byteLength;
+    this.#out.push(bytes);
   }
 
   /** Streams open (counted against the concurrency limit). */
@@ -278,7 +306,7 @@ export class H2ClientSession {
       localClosed: endStream,
       remoteClosed: false,
     });
-    this.#out.push(headerFrames(id, this.#encoder.encode(fields), endStream, this.#peerFrameSize));
+    this.#push(headerFrames(id, this.#encoder.encode(fields), endStream, this.#peerFrameSize));
     return id;
   }
 
@@ -320,7 +348,7 @@ export class H2ClientSession {
   trailers(id: number, fields: [string, string][]): void {
     const s = this.#streams.get(id);
     if (s === undefined || s.localClosed) return;
-    this.#out.push(headerFrames(id, this.#encoder.encode(fields), true, this.#peerFrameSize));
+    this.#push(headerFrames(id, this.#encoder.encode(fields), true, this.#peerFrameSize));
     this.#endLocal(s);
   }
 
@@ -329,7 +357,7 @@ export class H2ClientSession {
     const s = this.#streams.get(id);
     if (s === undefined) return;
     this.#forget(s, true);
-    this.#out.push(rstStreamFrame(id, code));
+    this.#push(rstStreamFrame(id, code));
   }
 
   /**
@@ -348,7 +376,7 @@ export class H2ClientSession {
   goaway(code: number, debug = ""): void {
     if (this.#ending) return;
     this.#ending = true;
-    this.#out.push(goawayFrame(0, code, debug));
+    this.#push(goawayFrame(0, code, debug));
   }
 
   /** The connection is over: every open stream fails with `error`. */
@@ -442,7 +470,7 @@ export class H2ClientSession {
         "the origin sends PING or SETTINGS without reading the answers",
       );
     }
-    this.#out.push(bytes);
+    this.#push(bytes);
   }
 
   /**
@@ -598,7 +626,7 @@ export class H2ClientSession {
 
   #streamError(s: SessionStream, code: number, why: string): void {
     this.#forget(s, true);
-    this.#out.push(rstStreamFrame(s.id, code));
+    this.#push(rstStreamFrame(s.id, code));
     s.events.fail(new Error(why), null);
   }
 
@@ -725,7 +753,7 @@ export class H2ClientSession {
   /** Reopens a stream's window once half of it has been read. */
   #reopen(s: SessionStream): void {
     if (s.consumed >= this.#streamWindow / 2) {
-      this.#out.push(windowUpdateFrame(s.id, s.consumed));
+      this.#push(windowUpdateFrame(s.id, s.consumed));
       s.recvWindow += s.consumed;
       s.consumed = 0;
     }
@@ -741,7 +769,7 @@ export class H2ClientSession {
     if (owed === 0 || this.#ending || (owed < CONN_REFRESH && owed < this.#connRecvWindow)) return;
     this.#connRecvWindow += owed;
     this.#connOwed = 0;
-    this.#out.push(windowUpdateFrame(0, owed));
+    this.#push(windowUpdateFrame(0, owed));
   }
 }
 

@@ -6,6 +6,7 @@ import {
   type Retry,
   type SessionOptions,
   type StreamEvents,
+  UNSENT_LIMIT,
 } from "./h2_client_session.ts";
 import {
   ErrorCode,
@@ -535,4 +536,30 @@ Deno.test("frames split across reads are put together", () => {
   const bytes = concat([head(id, ok(["content-length", "5"])), data(id, "hello", true)]);
   for (let i = 0; i < bytes.byteLength; i++) s.receive(bytes.slice(i, i + 1));
   assert.deepEqual(r.log, ["head 200", "data 5", "end"]);
+});
+
+Deno.test("takeBatch() counts the bytes of frames other than request DATA (an origin that reads nothing is bounded by them)", () => {
+  const s = session();
+  const { id } = open(s, false);
+  const first = s.takeBatch()!;
+  // HEADERS only.
+  assert.equal(first.control, first.bytes.byteLength);
+  s.data(id, new Uint8Array(1000), false);
+  const body = s.takeBatch()!;
+  assert.equal(body.control, 0);
+  assert.equal(body.bytes.byteLength, 1000 + FRAME_HEADER);
+  s.reset(id, ErrorCode.CANCEL);
+  s.data(id, new Uint8Array(10), true); // gone: nothing
+  const reset = s.takeBatch()!;
+  assert.equal(reset.control, FRAME_HEADER + 4);
+  assert.equal(s.takeBatch(), null);
+  // Streams given up and replaced: their frames all count.
+  let control = 0;
+  for (let i = 0; i < 1000; i++) {
+    const { id } = open(s);
+    s.reset(id, ErrorCode.CANCEL);
+    control += s.takeBatch()!.control;
+  }
+  assert.ok(control > 1000 * (FRAME_HEADER * 2 + 4), `${control}`);
+  assert.ok(UNSENT_LIMIT >= 100 * 64 * 1024);
 });

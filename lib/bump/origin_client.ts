@@ -42,7 +42,7 @@ import {
   MAX_CHUNK_LINE,
   MAX_HEAD,
 } from "./http_head.ts";
-import { writeAll } from "./conn_io.ts";
+import { closeQuietly, writeAll } from "./conn_io.ts";
 import { latin1Decode, latin1Encode } from "./latin1.ts";
 import { type BumpReply, RequestBodyError } from "./exchange.ts";
 import { BodySource, H2Pool, OriginH2Connection, type OriginH2Stream } from "./origin_h2.ts";
@@ -496,7 +496,7 @@ export class OriginClient {
     if (h2.te) return this.#requestH2(req, h2);
     // The connection opened ahead tells whether the origin speaks HTTP/1.1.
     const warming = this.#warming.get(key);
-    if (warming !== undefined) await warming;
+    if (warming !== undefined) await untilSettled(warming, req.signal);
     if (this.#h1Refused.has(key)) return this.#requestH2(req, h2);
     // It answered on an idle connection, or agreed to http/1.1 offered both.
     if ((this.#idle.get(key)?.length ?? 0) > 0 || this.#alpn.get(key) === "http/1.1") {
@@ -506,10 +506,21 @@ export class OriginClient {
     // the origin agreed to http/1.1.
     const oc = await this.#connect(req.host, req.port, key, req.signal);
     let alpn: string | null = null;
+    // An origin may never finish the handshake: a request given up closes
+    // the connection (its slot is freed).
+    const { signal } = req;
+    const cancel = () => oc.close();
+    signal?.addEventListener("abort", cancel);
     try {
       alpn = (await oc.conn.handshake()).alpnProtocol;
     } catch {
       // Refused (an h2-only origin may answer no_application_protocol); tried again offering h2.
+    } finally {
+      signal?.removeEventListener("abort", cancel);
+    }
+    if (signal?.aborted) {
+      oc.close();
+      throw whyAborted(signal, signal.reason);
     }
     this.#noteH1(key, alpn === "http/1.1");
     if (alpn === "http/1.1") return this.#requestH1(req, oc);
@@ -616,8 +627,10 @@ export class OriginClient {
         // A malformed body is the reason even when its stream was reset for it.
         if (err instanceof RequestBodyError) throw err;
         if (signal?.aborted) throw whyAborted(signal, err);
-        // The chunk a refused stream had read is put back once its sending stops.
-        await s.sent;
+        // The chunk a refused stream had read is put back once its sending
+        // stops. Only then: another failure is told at once, not once the
+        // client sends more of its body (it may wait for the response).
+        if (s.retry === "refused" && !(body?.started ?? false)) await s.sent;
         // Not processed: sent again if none of its body went out. Unanswered
         // on a connection used before (the origin may have closed it while
         // idle): a body-less one is sent again once, as over HTTP/1.1.
@@ -646,12 +659,14 @@ export class OriginClient {
       if (kept !== undefined) return kept;
       const pending = this.#h2.pending(key);
       if (pending === undefined) break;
-      await pending.catch(() => {});
-      if (req.signal?.aborted) throw whyAborted(req.signal, req.signal.reason);
+      // A request given up stops waiting (an origin may never send its SETTINGS).
+      await untilSettled(pending, req.signal);
       // The origin picked http/1.1: its connection went to the request that opened it.
       if (this.#alpn.get(key) === "http/1.1") return null;
     }
-    const dial = this.#slot(req.signal).then(() => this.#dialAlpn(req.host, req.port, key));
+    const dial = this.#slot(req.signal).then(() =>
+      this.#dialAlpn(req.host, req.port, key, req.signal)
+    );
     this.#h2.track(key, dial);
     return await dial;
   }
@@ -665,14 +680,27 @@ export class OriginClient {
     host: string,
     port: number,
     key: string,
+    signal?: AbortSignal,
   ): Promise<OriginConn | OriginH2Connection> {
     const tls = await this.#dialTls(host, port, H2_ALPN);
     let alpn: string | null;
+    // An origin may never finish the handshake: the request that dials
+    // closes the connection (its slot is freed) once given up.
+    const cancel = () => closeQuietly(tls);
+    signal?.addEventListener("abort", cancel);
     try {
+      if (signal?.aborted) throw whyAborted(signal, signal.reason);
       alpn = (await tls.handshake()).alpnProtocol;
     } catch (err) {
-      tls.close();
-      throw err;
+      closeQuietly(tls);
+      throw signal?.aborted ? whyAborted(signal, err) : err;
+    } finally {
+      signal?.removeEventListener("abort", cancel);
+    }
+    if (this.#closed) {
+      // Closed during the handshake: kept nowhere.
+      closeQuietly(tls);
+      throw new Error("the origin client is closed");
     }
     this.#alpn.delete(key);
     this.#alpn.set(key, alpn === "h2" ? "h2" : "http/1.1");
@@ -1041,6 +1069,21 @@ export class RequestCancelled extends Error {
  */
 function whyAborted(signal: AbortSignal, cause: unknown): Error {
   return signal.reason instanceof RequestBodyError ? signal.reason : new RequestCancelled(cause);
+}
+
+/** Waits for `pending` to settle, or rejects once `signal` aborts. */
+function untilSettled(pending: Promise<unknown>, signal?: AbortSignal): Promise<void> {
+  if (signal === undefined) return pending.then(() => {}, () => {});
+  if (signal.aborted) return Promise.reject(whyAborted(signal, signal.reason));
+  return new Promise<void>((resolve, reject) => {
+    const abort = () => reject(whyAborted(signal, signal.reason));
+    signal.addEventListener("abort", abort, { once: true });
+    pending.then(() => {}, () => {}).then(() => {
+      signal.removeEventListener("abort", abort);
+      if (signal.aborted) reject(whyAborted(signal, signal.reason));
+      else resolve();
+    });
+  });
 }
 
 /** A kept-alive connection that turned out to be closed; the request may be retried. */

@@ -22,6 +22,7 @@ import {
   type Retry,
   type SessionOptions,
   type StreamEvents,
+  UNSENT_LIMIT,
 } from "./h2_client_session.ts";
 import { type ByteConn, closeQuietly, concat, writeAll } from "./conn_io.ts";
 
@@ -387,6 +388,13 @@ export class OriginH2Connection {
   #conn: ByteConn;
   #session: H2ClientSession;
   #backlog: Uint8Array[] = [];
+  /**
+   * Bytes of frames other than request DATA in the backlog, and in the
+   * write under way: bounded by `UNSENT_LIMIT` (an origin that reads
+   * nothing).
+   */
+  #backlogControl = 0;
+  #writingControl = 0;
   #writing: Promise<void> | null = null;
   #over: Error | null = null;
   #busy = false;
@@ -536,8 +544,17 @@ export class OriginH2Connection {
 
   /** Writes what the session queued; resolves once everything queued so far is written. */
   #flush(): Promise<void> {
-    const out = this.#session.takeOutput();
-    if (out !== null) this.#backlog.push(out);
+    const out = this.#session.takeBatch();
+    if (out !== null) {
+      this.#backlog.push(out.bytes);
+      this.#backlogControl += out.control;
+      if (this.#backlogControl + this.#writingControl > UNSENT_LIMIT && this.#over === null) {
+        // It would never be written: the socket is closed at once.
+        this.#backlog = [];
+        this.#end(new Error("the origin does not read what forgekit sends it"));
+        return Promise.resolve();
+      }
+    }
     if (this.#writing === null && this.#backlog.length > 0) this.#writing = this.#drain();
     return this.#writing ?? Promise.resolve();
   }
@@ -547,7 +564,10 @@ export class OriginH2Connection {
       while (this.#backlog.length > 0) {
         const out = concat(this.#backlog);
         this.#backlog = [];
+        this.#writingControl = this.#backlogControl;
+        this.#backlogControl = 0;
         await writeAll(this.#conn, out);
+        this.#writingControl = 0;
       }
       this.#session.written();
     } catch (e) {

@@ -8,7 +8,12 @@ only argument is a JSON object:
    "alpn": ["h2"],          # what it offers in ALPN; a connection that did
                             # not pick h2 is closed at once
    "max_streams": 100,      # its SETTINGS_MAX_CONCURRENT_STREAMS
-   "window": 65535}         # its SETTINGS_INITIAL_WINDOW_SIZE
+   "window": 65535,         # its SETTINGS_INITIAL_WINDOW_SIZE
+   "silent": false,         # true: after the handshake it sends nothing
+                            # (no SETTINGS) and reads nothing
+   "stall_tls": false}      # true: connections are accepted (event
+                            # "accepted") but their TLS handshake never
+                            # answered
 
 It listens on 127.0.0.1 (an ephemeral port) and prints one JSON line per
 event on stdout:
@@ -282,6 +287,9 @@ def serve(raw, n, cfg, ctx):
     alpn = sock.selected_alpn_protocol()
     emit({"ev": "conn", "conn": n, "alpn": alpn})
     try:
+        if alpn == "h2" and cfg.get("silent"):
+            while True:  # the connection is left as it is until the process ends
+                time.sleep(3600)
         if alpn == "h2":
             Origin(sock, n, cfg).run()
     except Exception as e:  # reported, the origin goes on
@@ -305,9 +313,14 @@ def main():
     listener.listen(128)
     emit({"ev": "ready", "port": listener.getsockname()[1]})
     n = 0
+    held = []
     while True:
         raw, _ = listener.accept()
         n += 1
+        if cfg.get("stall_tls"):
+            held.append(raw)
+            emit({"ev": "accepted", "conn": n})
+            continue
         threading.Thread(target=serve, args=(raw, n, cfg, ctx), daemon=True).start()
 
 

@@ -48,6 +48,10 @@ export interface H2OriginOptions {
   alpn?: string[];
   maxStreams?: number;
   window?: number;
+  /** After the handshake the origin sends nothing (no SETTINGS) and reads nothing. */
+  silent?: boolean;
+  /** Connections are accepted, but their TLS handshake is never answered. */
+  stallTls?: boolean;
   allowUrls?: string[];
 }
 
@@ -67,6 +71,8 @@ export async function startH2Origin(options: H2OriginOptions = {}): Promise<H2Or
         alpn: options.alpn ?? ["h2"],
         max_streams: options.maxStreams ?? 100,
         window: options.window ?? 65535,
+        silent: options.silent ?? false,
+        stall_tls: options.stallTls ?? false,
       }),
     ],
     stdout: "piped",

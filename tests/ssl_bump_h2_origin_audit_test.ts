@@ -1,0 +1,161 @@
+/**
+ * HTTP/2 towards a hostile origin (`lib/bump/origin_h2.ts`): one that, once
+ * its TLS handshake is done, sends nothing (not even SETTINGS) and reads
+ * nothing (`support/h2_origin.py` with `silent`), or one that never answers
+ * the handshake (`stall_tls`). forgekit's requests to it must stay bounded
+ * in memory, stop when their clients give up, and give their origin
+ * connection slots back.
+ */
+import assert from "node:assert/strict";
+import { hasH2Python } from "./support/h2_client.ts";
+import { type H2OriginFixture, type H2OriginOptions, startH2Origin } from "./support/h2_origin.ts";
+import { OriginClient, type OriginRequest } from "../lib/bump/origin_client.ts";
+
+const ignore = !hasH2Python();
+
+function originTest(
+  name: string,
+  fn: (f: H2OriginFixture, client: OriginClient) => Promise<void>,
+  options: H2OriginOptions = {},
+  maxConnections?: number,
+): void {
+  Deno.test({
+    name,
+    ignore,
+    fn: async () => {
+      const f = await startH2Origin(options);
+      const client = new OriginClient({
+        caCerts: [f.upstream.caCert],
+        upstream: { https: new URL(f.upstream.proxyUrl), noProxy: [] },
+        maxConnections,
+      });
+      try {
+        await fn(f, client);
+      } finally {
+        client.close();
+        await f.close();
+      }
+    },
+  });
+}
+
+function grpcRequest(
+  signal: AbortSignal,
+  headers: [string, string][] = [],
+  te = true,
+): OriginRequest {
+  return {
+    host: "api.github.com",
+    port: 443,
+    method: "POST",
+    target: "/allowed/svc/Method",
+    headers,
+    body: null,
+    http2: { te },
+    signal,
+  };
+}
+
+/** How a promise settles within `ms`: "resolved", "rejected", or "pending". */
+function within(p: Promise<unknown>, ms: number): Promise<string> {
+  let timer: ReturnType<typeof setTimeout>;
+  return Promise.race([
+    p.then(() => "resolved", () => "rejected"),
+    new Promise<string>((resolve) => timer = setTimeout(() => resolve("pending"), ms)),
+  ]).finally(() => clearTimeout(timer));
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+originTest(
+  "a request waiting for an origin's first SETTINGS stops waiting when its client gives up",
+  async (f, client) => {
+    const first = new AbortController();
+    const p1 = client.request(grpcRequest(first.signal));
+    p1.catch(() => {});
+    await f.until((e) => e.some((x) => x.ev === "conn"), "the connection");
+    await sleep(100);
+    // One stream only until the origin's SETTINGS come: this one waits for them.
+    const second = new AbortController();
+    const p2 = client.request(grpcRequest(second.signal));
+    p2.catch(() => {});
+    await sleep(100);
+    assert.equal(await within(p2, 0), "pending");
+    second.abort(new Error("the client went away"));
+    assert.equal(await within(p2, 2000), "rejected", "the given-up request still waits");
+    first.abort(new Error("the client went away"));
+    assert.equal(await within(p1, 2000), "rejected");
+  },
+  { silent: true },
+);
+
+originTest(
+  "an origin that reads nothing: the frames of streams its clients give up pile up only to a bound, then its connection is closed",
+  async (f, client) => {
+    // Not compressible by HPACK (too large for its table; '~' is longer in Huffman).
+    const pad: [string, string][] = [["x-pad", "~".repeat(32 * 1024)]];
+    // 40 MiB of HEADERS in all, far beyond the kernel's socket buffers and the bound (8 MiB).
+    for (let i = 0; i < 1280; i++) {
+      const gone = new AbortController();
+      const p = client.request(grpcRequest(gone.signal, pad));
+      p.catch(() => {});
+      await sleep(0);
+      gone.abort(new Error("deadline exceeded"));
+      assert.equal(await within(p, 2000), "rejected");
+    }
+    const conns = f.events.filter((e) => e.ev === "conn").length;
+    assert.ok(conns >= 2, `the first connection was given up (${conns} opened)`);
+    assert.ok(client.openConnections <= 1, `${client.openConnections} connections open`);
+  },
+  { silent: true },
+);
+
+originTest(
+  "an origin that never answers the TLS handshake: requests given up free their connection slots",
+  async (f, client) => {
+    const gone = new AbortController();
+    // Plain requests of HTTP/2 clients (an HTTP/1.1-only handshake first),
+    // and gRPC ones (one dial offering h2, which the others wait for).
+    const requests = [false, false, false, true, true].map((te) =>
+      client.request(grpcRequest(gone.signal, [], te))
+    );
+    for (const p of requests) p.catch(() => {});
+    await f.until((e) => e.filter((x) => x.ev === "accepted").length === 4, "4 connections");
+    await sleep(100);
+    assert.equal(client.openConnections, 4);
+    gone.abort(new Error("the client went away"));
+    const settled = await Promise.all(requests.map((p) => within(p, 2000)));
+    assert.deepEqual(settled, ["rejected", "rejected", "rejected", "rejected", "rejected"]);
+    await sleep(100);
+    // Before: every slot stayed held by a handshake that never ends (all
+    // origins' requests then wait for one).
+    assert.equal(client.openConnections, 0);
+  },
+  { stallTls: true },
+  4,
+);
+
+originTest(
+  "an origin that resets a stream fails the request at once, while its client still holds its body back",
+  async (_f, client) => {
+    const gone = new AbortController();
+    let sent = false;
+    // One chunk, then nothing (a gRPC client streaming as it goes).
+    const body = new ReadableStream<Uint8Array>({
+      pull(controller) {
+        if (!sent) controller.enqueue(new Uint8Array(5));
+        sent = true;
+        return new Promise(() => {});
+      },
+    });
+    const p = client.request({
+      ...grpcRequest(gone.signal),
+      target: "/allowed/reset",
+      body,
+    });
+    p.catch(() => {});
+    assert.equal(await within(p, 2000), "rejected", "the request waits for more of its body");
+    await assert.rejects(p, /reset the stream/);
+    gone.abort();
+  },
+);
