@@ -9,7 +9,11 @@
 import assert from "node:assert/strict";
 import { hasH2Python } from "./support/h2_client.ts";
 import { type H2OriginFixture, type H2OriginOptions, startH2Origin } from "./support/h2_origin.ts";
-import { OriginClient, type OriginRequest } from "../lib/bump/origin_client.ts";
+import {
+  OriginClient,
+  type OriginClientOptions,
+  type OriginRequest,
+} from "../lib/bump/origin_client.ts";
 
 const ignore = !hasH2Python();
 
@@ -18,6 +22,7 @@ function originTest(
   fn: (f: H2OriginFixture, client: OriginClient) => Promise<void>,
   options: H2OriginOptions = {},
   maxConnections?: number,
+  clientOptions: Partial<OriginClientOptions> = {},
 ): void {
   Deno.test({
     name,
@@ -28,6 +33,7 @@ function originTest(
         caCerts: [f.upstream.caCert],
         upstream: { https: new URL(f.upstream.proxyUrl), noProxy: [] },
         maxConnections,
+        ...clientOptions,
       });
       try {
         await fn(f, client);
@@ -158,4 +164,20 @@ originTest(
     await assert.rejects(p, /reset the stream/);
     gone.abort();
   },
+);
+
+originTest(
+  "an origin that never answers the TLS handshake: connections opened ahead give their slots back",
+  async (f, client) => {
+    // Opened ahead at CONNECT, while the client sends its ClientHello.
+    client.warm("api.github.com", 443);
+    await f.until((e) => e.filter((x) => x.ev === "accepted").length === 1, "the warm-up");
+    assert.equal(client.openConnections, 1);
+    // Before: held for good (16 such origins, and nothing is opened ahead again).
+    await sleep(600);
+    assert.equal(client.openConnections, 0);
+  },
+  { stallTls: true },
+  4,
+  { warmTimeoutMs: 200 },
 );

@@ -132,6 +132,12 @@ export interface OriginClientOptions {
   idleMs?: number;
   /** Origin connections open at once, in all (default {@linkcode MAX_ORIGIN_CONNECTIONS}). */
   maxConnections?: number;
+  /**
+   * How long a connection opened ahead ({@linkcode OriginClient.warm},
+   * {@linkcode OriginClient.warmH2}) may take to finish its TLS handshake
+   * (default {@linkcode WARM_TIMEOUT_MS}).
+   */
+  warmTimeoutMs?: number;
 }
 
 /**
@@ -143,6 +149,13 @@ export interface OriginClientOptions {
  * request waits for a connection to close (or its client to give up).
  */
 export const MAX_ORIGIN_CONNECTIONS = 512;
+/**
+ * How long a connection opened ahead of its request may take to finish its
+ * TLS handshake. An origin that accepts and never answers would otherwise
+ * hold its slot and warm-up place for good: {@linkcode MAX_WARMING} of them
+ * and nothing is opened ahead for any origin again.
+ */
+export const WARM_TIMEOUT_MS = 10_000;
 /**
  * Connections opened ahead of a request ({@linkcode OriginClient.warm}) at
  * once: they only save a little time, and a workload sending CONNECTs to
@@ -453,6 +466,8 @@ export class OriginClient {
     if (this.#closed || this.#warming.has(key) || (this.#idle.get(key)?.length ?? 0) > 0) return;
     if (this.#warming.size >= MAX_WARMING || this.#waiting.length > 0 || !this.#trySlot()) return;
     const pending = this.#dial(host, port, key).then(async (oc) => {
+      // Closing it ends the handshake (and frees its slot).
+      const timer = setTimeout(() => oc.close(), this.#opts.warmTimeoutMs ?? WARM_TIMEOUT_MS);
       try {
         // What the origin agreed to, offered only http/1.1, tells HTTP/2
         // clients' requests whether it may speak nothing but h2.
@@ -462,6 +477,8 @@ export class OriginClient {
         oc.close(); // gives its slot back
         this.#noteH1(key, false);
         throw err;
+      } finally {
+        clearTimeout(timer);
       }
       return oc;
     }).catch(() => null);
@@ -727,7 +744,8 @@ export class OriginClient {
     if (this.#h2.take(key) !== undefined || this.#h2.dialing(key) !== undefined) return;
     if (this.#warmingH2 >= MAX_WARMING || this.#waiting.length > 0 || !this.#trySlot()) return;
     this.#warmingH2++;
-    const dial = this.#dialAlpn(host, port, key);
+    const timeout = AbortSignal.timeout(this.#opts.warmTimeoutMs ?? WARM_TIMEOUT_MS);
+    const dial = this.#dialAlpn(host, port, key, timeout);
     this.#h2.track(key, dial);
     // An HTTP/1.1 connection waits in that pool for the first request.
     dial.then((conn) => conn instanceof OriginConn && this.#release(conn), () => {})
