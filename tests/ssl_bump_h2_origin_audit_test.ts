@@ -8,11 +8,16 @@
  */
 import assert from "node:assert/strict";
 import { hasH2Python } from "./support/h2_client.ts";
-import { type H2OriginFixture, type H2OriginOptions, startH2Origin } from "./support/h2_origin.ts";
 import {
+  type H2OriginFixture,
+  type H2OriginOptions,
+  originClientFor,
+  startH2Origin,
+} from "./support/h2_origin.ts";
+import type {
   OriginClient,
-  type OriginClientOptions,
-  type OriginRequest,
+  OriginClientOptions,
+  OriginRequest,
 } from "../lib/bump/origin_client.ts";
 
 const ignore = !hasH2Python();
@@ -29,12 +34,7 @@ function originTest(
     ignore,
     fn: async () => {
       const f = await startH2Origin(options);
-      const client = new OriginClient({
-        caCerts: [f.upstream.caCert],
-        upstream: { https: new URL(f.upstream.proxyUrl), noProxy: [] },
-        maxConnections,
-        ...clientOptions,
-      });
+      const client = originClientFor(f, { maxConnections, ...clientOptions });
       try {
         await fn(f, client);
       } finally {

@@ -15,8 +15,13 @@ import {
   runH2,
   stream,
 } from "./support/h2_client.ts";
-import { type H2OriginFixture, type H2OriginOptions, startH2Origin } from "./support/h2_origin.ts";
-import { OriginClient } from "../lib/bump/origin_client.ts";
+import {
+  type H2OriginFixture,
+  type H2OriginOptions,
+  originClientFor,
+  startH2Origin,
+} from "./support/h2_origin.ts";
+import { until } from "./support/until.ts";
 
 /** Without python3-h2 these tests cannot run (CI installs it: `.ci/run`). */
 const ignore = !hasH2Python();
@@ -57,15 +62,6 @@ function clean(r: H2Result): void {
   assert.deepEqual(r.flow_violations, []);
 }
 
-/** Waits until `cond` holds (log lines come when a response ends). */
-async function until(cond: () => boolean, what: string, ms = 5000): Promise<void> {
-  const end = performance.now() + ms;
-  while (!cond()) {
-    if (performance.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
-}
-
 originTest(
   "an HTTP/2 client reaches an HTTP/2-only origin over HTTP/2; an HTTP/1.1 client still speaks HTTP/1.1 to it",
   async (f) => {
@@ -81,7 +77,7 @@ originTest(
     assert.match(h1.out, /HTTP\/1\.1 502 Bad Gateway/);
     assert.match(h1.out, /X-Proxy-Error: upstream-error/i);
     assert.deepEqual(f.requests().map((r) => r.path), ["/allowed/x"]);
-    await until(() => f.logs.length === 2, "two log lines");
+    await until("two log lines", () => f.logs.length === 2);
     assert.deepEqual(f.logs.map((e) => [e.url, e.status]), [
       ["https://api.github.com/allowed/x", 200],
       ["https://api.github.com/allowed/y", 502],
@@ -117,7 +113,7 @@ originTest("response trailers from the origin reach the HTTP/2 client", async (f
   assert.equal(header(s3, "content-length"), undefined);
   assert.equal(s3.length, 0);
   assert.equal(s3.trailers, null);
-  await until(() => f.logs.length === 2, "the log lines");
+  await until("the log lines", () => f.logs.length === 2);
   assert.deepEqual(
     f.logs.map((e) => [e.url, e.status, e.bytes_in, e.reason]).sort(),
     [
@@ -203,7 +199,7 @@ originTest(
     });
     assert.equal(stream(r, 1).reset, 0x1);
     assert.equal(stream(r, 3).status, 200);
-    await until(() => f.logs.length === 2, "the log lines");
+    await until("the log lines", () => f.logs.length === 2);
     const refused = f.logs.find((e) => e.url?.endsWith("/echo"))!;
     assert.equal(refused.status, 400);
     assert.equal(
@@ -290,7 +286,7 @@ originTest(
     assert.equal(stream(r, 3).status, 403);
     assert.equal(header(stream(r, 3), "x-proxy-error"), "blocked-by-url-policy");
     assert.deepEqual(f.requests().map((x) => x.path), ["/allowed/x"]);
-    await until(() => f.logs.length === 2, "the log lines");
+    await until("the log lines", () => f.logs.length === 2);
     assert.deepEqual(
       f.logs.map((e) => [e.url, e.decision, e.rule, e.status]).sort(),
       [
@@ -326,7 +322,7 @@ originTest("a client's RST_STREAM cancels only its stream at the origin", async 
     !f.events.some((e) => e.ev === "closed" && e.conn === hang.conn),
     "the origin connection stays open",
   );
-  await until(() => f.logs.length === 2, "the log lines");
+  await until("the log lines", () => f.logs.length === 2);
   const cancelled = f.logs.find((e) => e.url?.endsWith("/hang"))!;
   assert.equal(cancelled.status, null);
   assert.equal(cancelled.reason, "cancelled by the client");
@@ -368,11 +364,7 @@ originTest(
 originTest(
   "an HTTP/2 origin connection without streams is closed after the idle time",
   async (f) => {
-    const client = new OriginClient({
-      caCerts: [f.upstream.caCert],
-      upstream: { https: new URL(f.upstream.proxyUrl), noProxy: [] },
-      idleMs: 300,
-    });
+    const client = originClientFor(f, { idleMs: 300 });
     try {
       const res = await client.request({
         host: "api.github.com",
@@ -404,10 +396,7 @@ originTest(
 originTest(
   "an HTTP/2 connection is opened ahead only for an origin earlier requests reached over HTTP/2",
   async (f) => {
-    const client = new OriginClient({
-      caCerts: [f.upstream.caCert],
-      upstream: { https: new URL(f.upstream.proxyUrl), noProxy: [] },
-    });
+    const client = originClientFor(f);
     try {
       const conns = () => f.events.filter((e) => e.ev === "conn").length;
       // Nothing known of the origin: no connection is opened ahead.
@@ -430,10 +419,7 @@ originTest(
       await new Promise((resolve) => setTimeout(resolve, 300));
       assert.equal(conns(), 1);
       client.close();
-      const again = new OriginClient({
-        caCerts: [f.upstream.caCert],
-        upstream: { https: new URL(f.upstream.proxyUrl), noProxy: [] },
-      });
+      const again = originClientFor(f);
       try {
         // A fresh client knows nothing: none is opened ahead.
         again.warmH2("api.github.com", 443);
@@ -497,7 +483,7 @@ originTest("a malformed or reset origin response is a 502 on its own stream only
     1,
     "one origin connection throughout",
   );
-  await until(() => f.logs.length === 5, "the log lines");
+  await until("the log lines", () => f.logs.length === 5);
   const reasons = Object.fromEntries(f.logs.map((e) => [new URL(e.url!).pathname, e.reason]));
   assert.match(
     reasons["/allowed/badlength"]!,
@@ -566,7 +552,7 @@ originTest(
     assert.deepEqual([echo.length, echo.sha256], [size, s.sent.sha256]);
     // The origin's h2 refuses any frame beyond its windows (a flow-control error).
     assert.deepEqual(f.events.filter((e) => e.ev === "error"), []);
-    await until(() => f.logs.length === 1, "the log line");
+    await until("the log line", () => f.logs.length === 1);
     assert.equal(f.logs[0].bytes_out, size);
   },
   { window: 16384 },
@@ -624,7 +610,7 @@ originTest(
     const conns = f.requests().map((x) => x.conn);
     assert.equal(conns[0], conns[1]);
     assert.notEqual(conns[2], conns[0]);
-    await until(() => f.logs.length === 3, "the log lines");
+    await until("the log lines", () => f.logs.length === 3);
     const failed = f.logs.filter((e) => e.status === 502);
     assert.equal(failed.length, 2);
     for (const e of failed) assert.match(e.reason!, /^upstream error: /);

@@ -17,6 +17,7 @@ import {
   runH2Load,
   stream,
 } from "./support/h2_client.ts";
+import { until } from "./support/until.ts";
 
 const ALLOW = ["https://api.github.com/allowed/*"];
 const PATTERN = "https://api.github.com/allowed/*";
@@ -93,15 +94,6 @@ function headers(id: number, fields: [string, string][], end = true): H2Step {
   return { op: "headers", stream: id, headers: fields, end };
 }
 
-/** Waits until `cond` holds (log lines are written when a response ends). */
-async function until(cond: () => boolean, what: string, ms = 3000): Promise<void> {
-  const end = performance.now() + ms;
-  while (!cond()) {
-    if (performance.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
-}
-
 h2Test(
   "h2: streams on one connection are judged one by one and logged with URL and pattern",
   async (f) => {
@@ -137,7 +129,7 @@ h2Test(
     assert.match(stream(r, 3).body!, /^Blocked by forgekit: https:\/\/api\.github\.com\/secret/);
     assert.deepEqual(f.originPaths().sort(), ["/allowed/x", "/allowed/y?q=1"]);
 
-    await until(() => f.logs.length >= paths.length, "one log entry per stream");
+    await until("one log entry per stream", () => f.logs.length >= paths.length);
     const entries = f.logs.map((e) => [e.url, e.decision, e.rule, e.pattern, e.status]);
     assert.deepEqual(
       entries.sort(),
@@ -315,7 +307,7 @@ h2Test("h2: a 1.5 MiB upload reaches the origin intact within the server's windo
   // More than the stream's first window was sent: the server reopened it.
   assert.ok((r.frames.WINDOW_UPDATE ?? 0) >= 5, JSON.stringify(r.frames));
   assert.equal(r.goaway, null);
-  await until(() => f.logs.length === 1, "the log entry");
+  await until("the log entry", () => f.logs.length === 1);
   assert.equal(f.logs[0].bytes_out, size);
   assert.equal(f.logs[0].method, "POST");
 });
@@ -532,9 +524,9 @@ h2Test("h2: a stream the client resets gives up its request to the origin at onc
   assert.equal(stream(r, 3).status, 200);
   assert.equal(stream(r, 1).status, null, "no answer on the reset stream");
   // The origin sees its connection closed, long before it would answer.
-  await until(() => hangs.length === 1, "the origin's end of /allowed/hang", 2000);
+  await until("the origin's end of /allowed/hang", () => hangs.length === 1, 2000);
   assert.deepEqual(hangs, ["given up"]);
-  await until(() => f.logs.length === 2, "both log entries");
+  await until("both log entries", () => f.logs.length === 2);
   const hang = f.logs.find((e) => e.url === "https://api.github.com/allowed/hang");
   assert.deepEqual(
     [hang?.decision, hang?.status, hang?.reason],
@@ -601,7 +593,7 @@ h2Test(
       ],
     });
     assert.equal(r.error, null);
-    await until(() => f.logs.length === 1, "the log entry");
+    await until("the log entry", () => f.logs.length === 1);
     const e = f.logs[0];
     assert.equal(e.status, 200);
     assert.ok(e.bytes_in > 0 && e.bytes_in <= 64 * 1024, `bytes_in ${e.bytes_in}`);
@@ -629,7 +621,7 @@ h2Test(
       length: size,
       sha256: stream(r, 1).sent.sha256,
     });
-    await until(() => f.logs.length === 1, "the log entry");
+    await until("the log entry", () => f.logs.length === 1);
     assert.equal(f.logs[0].bytes_out, size);
   },
 );

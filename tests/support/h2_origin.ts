@@ -9,6 +9,7 @@ import { makeTestCa } from "./tls.ts";
 import { startTestProxy } from "./proxy.ts";
 import { type BumpFront, startBumpFront } from "./bump.ts";
 import { H2_PYTHON } from "./h2_client.ts";
+import { OriginClient, type OriginClientOptions } from "../../lib/bump/origin_client.ts";
 
 const SCRIPT = fileURLToPath(new URL("./h2_origin.py", import.meta.url));
 
@@ -135,4 +136,16 @@ export async function startH2Origin(options: H2OriginOptions = {}): Promise<H2Or
       await Deno.remove(dir, { recursive: true });
     },
   };
+}
+
+/** forgekit's origin client on its own, reaching the fixture's origin through its test proxy. */
+export function originClientFor(
+  f: H2OriginFixture,
+  options: Partial<OriginClientOptions> = {},
+): OriginClient {
+  return new OriginClient({
+    caCerts: [f.upstream.caCert],
+    upstream: { https: new URL(f.upstream.proxyUrl), noProxy: [] },
+    ...options,
+  });
 }
