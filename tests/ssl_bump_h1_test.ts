@@ -125,6 +125,33 @@ Deno.test("a streamed response without a length reaches curl whole, in chunks", 
   }
 });
 
+Deno.test("an HTTP/1.0 client (ALPN http/1.0 only) is served; without chunks, the end of a body of unknown length closes", async () => {
+  const f = await startBumpFixture(ALLOW, (req) =>
+    new Response(
+      new ReadableStream({
+        start(c) {
+          c.enqueue(enc.encode(`origin ${new URL(req.url).pathname}\n`));
+          c.close();
+        },
+      }),
+    ));
+  try {
+    // curl --http1.0 offers ALPN http/1.0 alone: the handshake was refused
+    // (no_application_protocol) when forgekit offered only h2 and http/1.1.
+    const r = await curl(f, ["--http1.0", "-sS", "-D", "-", "https://api.github.com/allowed/old"]);
+    assert.equal(r.code, 0, r.out);
+    assert.match(r.out, /\r\nHTTP\/1\.1 200 OK\r\n/i);
+    assert.match(r.out, /\r\nconnection: close\r\n/i);
+    assert.doesNotMatch(r.out, /transfer-encoding/i);
+    assert.match(r.out, /\r\n\r\norigin \/allowed\/old\n$/);
+    const no = await curl(f, ["--http1.0", "-sS", "-D", "-", "https://api.github.com/secret"]);
+    assert.match(no.out, /\r\nHTTP\/1\.1 403 /);
+    assert.deepEqual(f.originPaths(), ["/allowed/old"]);
+  } finally {
+    await f.close();
+  }
+});
+
 Deno.test("a HEAD response has the origin's length and no body before the next response", async () => {
   const f = await startBumpFixture(ALLOW);
   const c = await Raw.open(f);

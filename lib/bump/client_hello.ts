@@ -123,3 +123,21 @@ function gather(buf: Uint8Array, spans: [number, number][], n: number): Uint8Arr
   }
   return out;
 }
+
+/** What forgekit speaks on a bumped client connection, in its order of preference. */
+const SPOKEN = ["h2", "http/1.1", "http/1.0"];
+
+/**
+ * The ALPN protocols offered back to a client that offered `alpn` (see
+ * {@linkcode parseClientHello}): those of forgekit's it named, h2 first
+ * (`http/1.0` only when it named nothing newer: a client offering it alone,
+ * as `curl --http1.0` does, is otherwise refused the handshake with
+ * `no_application_protocol`). A client that named none of them, or offered
+ * no ALPN, gets the full list: the former is refused as RFC 7301 says, the
+ * latter speaks HTTP/1.1 without ALPN.
+ */
+export function serverAlpn(alpn: readonly string[]): string[] {
+  const both = SPOKEN.filter((p) => alpn.includes(p));
+  if (both.length === 0) return SPOKEN.slice(0, 2);
+  return both[0] === "http/1.0" ? both : both.filter((p) => p !== "http/1.0");
+}

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { parseClientHello } from "./client_hello.ts";
+import { parseClientHello, serverAlpn } from "./client_hello.ts";
 
 /** Captures the first bytes a real client sends to a TLS server. */
 async function captureHello(args: string[]): Promise<Uint8Array> {
@@ -189,4 +189,21 @@ Deno.test("parseClientHello() reads a malformed ALPN list as far as it goes, nev
     assert.equal(r.sni, "alpn.example");
     assert.deepEqual(r.alpn, []);
   }
+});
+
+Deno.test("serverAlpn() offers back what the client named of h2, http/1.1 and http/1.0", () => {
+  const cases: [string[], string[]][] = [
+    [["h2", "http/1.1"], ["h2", "http/1.1"]],
+    [["http/1.1", "h2"], ["h2", "http/1.1"]],
+    [["http/1.1"], ["http/1.1"]],
+    [["h2"], ["h2"]],
+    // curl --http1.0: refused the handshake before.
+    [["http/1.0"], ["http/1.0"]],
+    [["http/1.1", "http/1.0"], ["http/1.1"]],
+    [["h2", "http/1.0"], ["h2"]],
+    // Nothing forgekit speaks: refused (RFC 7301); no ALPN at all: HTTP/1.1.
+    [["acme-tls/1"], ["h2", "http/1.1"]],
+    [[], ["h2", "http/1.1"]],
+  ];
+  for (const [offered, back] of cases) assert.deepEqual(serverAlpn(offered), back, offered.join());
 });

@@ -35,7 +35,7 @@ import {
 } from "./exchange.ts";
 import { serveH1 } from "./h1_server.ts";
 import { serveH2 } from "./h2_server.ts";
-import { parseClientHello } from "./client_hello.ts";
+import { parseClientHello, serverAlpn } from "./client_hello.ts";
 import tls from "node:tls";
 
 /** One access-log line: the firewall's entry. */
@@ -143,7 +143,8 @@ export class Interceptor {
     let socket: tls.TLSSocket | undefined;
     try {
       const secureContext = await this.#secureContext(ctx.host);
-      const tls = client.startTls(clientHello, { secureContext, alpn: ["h2", "http/1.1"] });
+      const alpn = serverAlpn(hello.status === "ok" ? hello.alpn : []);
+      const tls = client.startTls(clientHello, { secureContext, alpn });
       socket = tls.socket;
       this.#sockets.add(socket);
       const closed = new Promise<void>((resolve) => socket!.once("close", resolve));
