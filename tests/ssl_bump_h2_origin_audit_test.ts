@@ -1,13 +1,14 @@
 /**
  * HTTP/2 towards a hostile origin (`lib/bump/origin_h2.ts`): one that, once
  * its TLS handshake is done, sends nothing (not even SETTINGS) and reads
- * nothing (`support/h2_origin.py` with `silent`), or one that never answers
- * the handshake (`stall_tls`). forgekit's requests to it must stay bounded
- * in memory, stop when their clients give up, and give their origin
+ * nothing (`support/h2_origin.py` with `silent`), one that never answers
+ * the handshake (`stall_tls`), or one that floods frames carrying nothing
+ * (`/allowed/flood`). forgekit's requests to it must stay bounded in
+ * memory and CPU, stop when their clients give up, and give their origin
  * connection slots back.
  */
 import assert from "node:assert/strict";
-import { hasH2Python } from "./support/h2_client.ts";
+import { hasH2Python, header, request, runH2, stream } from "./support/h2_client.ts";
 import {
   type H2OriginFixture,
   type H2OriginOptions,
@@ -19,6 +20,7 @@ import type {
   OriginClientOptions,
   OriginRequest,
 } from "../lib/bump/origin_client.ts";
+import { until } from "./support/until.ts";
 
 const ignore = !hasH2Python();
 
@@ -180,4 +182,35 @@ originTest(
   { stallTls: true },
   4,
   { warmTimeoutMs: 200 },
+);
+
+originTest(
+  "an origin that floods frames carrying nothing is cut off: its requests in flight get 502, the next goes to a new connection",
+  async (f) => {
+    const te: [string, string][] = [["te", "trailers"]];
+    const r = await runH2(f, {
+      steps: [
+        { op: "headers", stream: 1, headers: request("/allowed/hang", "GET", te), end: true },
+        { op: "sleep", ms: 300 },
+        { op: "headers", stream: 3, headers: request("/allowed/flood", "GET", te), end: true },
+        { op: "wait", streams: [1, 3] },
+        { op: "headers", stream: 5, headers: request("/allowed/after", "GET", te), end: true },
+        { op: "wait", streams: [5] },
+      ],
+    });
+    assert.equal(r.error, null);
+    // Before: forgekit answered all 5,000 frames and passed the flooder's 200 on.
+    for (const id of [1, 3]) {
+      assert.equal(stream(r, id).status, 502, `stream ${id}`);
+      assert.equal(header(stream(r, id), "x-proxy-error"), "upstream-error");
+    }
+    assert.equal(stream(r, 5).status, 200);
+    assert.equal(r.goaway, null, "the client's connection goes on");
+    const flooded = f.requests().find((x) => x.path === "/allowed/flood")!.conn;
+    assert.notEqual(f.requests().find((x) => x.path === "/allowed/after")!.conn, flooded);
+    await until("the log lines", () => f.logs.length === 3);
+    const failed = f.logs.filter((e) => e.status === 502);
+    assert.equal(failed.length, 2);
+    for (const e of failed) assert.match(e.reason!, /too many frames without responses or data/);
+  },
 );

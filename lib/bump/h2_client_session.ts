@@ -4,8 +4,12 @@
  * told what became of it (its response head, body bytes, trailers, or why
  * it failed). What the origin sends is checked as strictly as forgekit's
  * server checks its clients (`h2_response.ts`): a malformed response fails
- * its own stream only, a framing error the connection. The I/O around it is
- * `origin_h2.ts`.
+ * its own stream only, a framing error the connection. An origin is held to
+ * an allowance of frames that carry no response or data, as forgekit's
+ * server holds its clients (`frame_allowance.ts`): one that floods them
+ * (PING, SETTINGS, WINDOW_UPDATE, PRIORITY, empty DATA, interim heads,
+ * unknown types, ...) gets GOAWAY ENHANCE_YOUR_CALM, and its streams fail
+ * as on any connection error. The I/O around it is `origin_h2.ts`.
  *
  * @module
  */
@@ -32,6 +36,7 @@ import {
   windowUpdateFrame,
 } from "./h2_frames.ts";
 import { HpackDecoder, HpackEncoder } from "./hpack.ts";
+import { FrameAllowance, type FrameAllowanceOptions } from "./frame_allowance.ts";
 import { bodiless, checkResponseFields } from "./h2_response.ts";
 import { checkTrailerFields } from "./h2_request.ts";
 import { concat } from "./conn_io.ts";
@@ -77,6 +82,21 @@ const FLOOD_BYTES = 1024 * 1024;
  * the last is written. It is above what 100 streams' HEADERS of 64 KiB take.
  */
 export const UNSENT_LIMIT = 8 * 1024 * 1024;
+/**
+ * Frames an origin may send that carry no response head, trailers or body
+ * bytes: PING, SETTINGS (and their ACKs), PRIORITY, WINDOW_UPDATE,
+ * RST_STREAM, GOAWAY, unknown types, DATA that is empty or for no open
+ * stream, interim (1xx) heads, heads for streams reset, and every
+ * CONTINUATION (a head needs a few at most; endless small ones are a
+ * flood). As on forgekit's server (`frame_allowance.ts`): 1,000 at once,
+ * 10 more for each stream opened, 100 a second. Uploads are what make
+ * origins send many: they give the windows back (Go's server every 4 KiB
+ * read, some for each DATA frame) and grpc-go sends a PING with each read of
+ * data for its BDP estimate. So each KiB of body sent or received pays for
+ * one, and each DATA frame sent for four more: an upload pays several
+ * times over for what it makes an origin send, in frames of any size.
+ */
+const ALLOWANCE: FrameAllowanceOptions = { bytesPerFrame: 1024, perFrameSent: 4 };
 /** A final response head, checked. */
 export interface ResponseHead {
   status: number;
@@ -137,6 +157,8 @@ export interface SessionOptions {
   streamWindow?: number;
   connWindow?: number;
   maxStreams?: number;
+  /** Changes to the allowance of frames without responses or data (for tests). */
+  allowance?: FrameAllowanceOptions;
 }
 
 /**
@@ -189,6 +211,10 @@ export class H2ClientSession {
   #goaway: { last: number; code: number } | null = null;
   /** Our GOAWAY was sent or the connection ended: nothing more opens or is given back. */
   #ending = false;
+  /** Frames without responses or data the origin may still send (see ALLOWANCE). */
+  #frames: FrameAllowance;
+  /** When the bytes being received came: the clock is read for their first frame without work only. */
+  #readAt = -1;
 
   constructor(options: SessionOptions = {}) {
     this.#streamWindow = options.streamWindow ?? STREAM_WINDOW;
@@ -196,6 +222,7 @@ export class H2ClientSession {
     this.#maxStreams = options.maxStreams ?? MAX_STREAMS;
     this.#peerMaxStreams = this.#maxStreams;
     this.#connRecvWindow = this.#connWindow;
+    this.#frames = new FrameAllowance(performance.now(), { ...ALLOWANCE, ...options.allowance });
   }
 
   /** Queues the connection preface: the magic, SETTINGS, and the connection window. */
@@ -306,6 +333,7 @@ export class H2ClientSession {
       localClosed: endStream,
       remoteClosed: false,
     });
+    this.#frames.opened();
     this.#push(headerFrames(id, this.#encoder.encode(fields), endStream, this.#peerFrameSize));
     return id;
   }
@@ -340,6 +368,8 @@ export class H2ClientSession {
     }
     s.sendWindow -= n;
     this.#connSendWindow -= n;
+    this.#frames.bytes(n);
+    this.#frames.framesSent(frames);
     this.#out.push(out);
     if (end) this.#endLocal(s);
   }
@@ -389,6 +419,7 @@ export class H2ClientSession {
 
   /** Takes bytes read off the connection; throws on a connection error. */
   receive(bytes: Uint8Array): void {
+    this.#readAt = -1;
     let buf = bytes;
     if (this.#rest !== null) {
       buf = concat([this.#rest, bytes]);
@@ -426,6 +457,8 @@ export class H2ClientSession {
     if (this.#block !== null && (type !== FrameType.CONTINUATION || id !== this.#block.stream)) {
       throw new H2ConnectionError(ErrorCode.PROTOCOL_ERROR, "a header block was interrupted");
     }
+    // DATA and HEADERS cost only when they turn out to carry nothing (#onData, #onHeaderBlock).
+    if (type !== FrameType.DATA && type !== FrameType.HEADERS) this.#idle();
     switch (type) {
       case FrameType.DATA:
         return this.#onData(flags, id, payload);
@@ -458,6 +491,17 @@ export class H2ClientSession {
         return this.#onWindowUpdate(id, payload);
       default:
         return; // unknown frame types are ignored (§4.1)
+    }
+  }
+
+  /** A frame without a response or its data: it costs allowance, earned back by work. */
+  #idle(): void {
+    if (this.#readAt < 0) this.#readAt = performance.now();
+    if (!this.#frames.idle(this.#readAt)) {
+      throw new H2ConnectionError(
+        ErrorCode.ENHANCE_YOUR_CALM,
+        "the origin sends too many frames without responses or data",
+      );
     }
   }
 
@@ -509,6 +553,9 @@ export class H2ClientSession {
     }
     const data = this.#unpad(flags, payload);
     const s = this.#streams.get(id);
+    // Padding pays for nothing; DATA that carries no bytes, or comes for no stream, costs one.
+    this.#frames.bytes(data.byteLength);
+    if (s === undefined || (data.byteLength === 0 && !(flags & Flag.END_STREAM))) this.#idle();
     if (s === undefined) {
       this.#giveBack(size);
       return this.#notOpen(id, "DATA");
@@ -580,7 +627,10 @@ export class H2ClientSession {
   /** A whole header block: the response head, an interim head, or trailers. */
   #onHeaderBlock(id: number, endStream: boolean, fields: [string, string][] | null): void {
     const s = this.#streams.get(id);
-    if (s === undefined) return this.#notOpen(id, "HEADERS");
+    if (s === undefined) {
+      this.#idle();
+      return this.#notOpen(id, "HEADERS");
+    }
     s.heard = true;
     if (s.remoteClosed) {
       return this.#streamError(s, ErrorCode.STREAM_CLOSED, "HEADERS after the response ended");
@@ -599,7 +649,7 @@ export class H2ClientSession {
     if (head.status < 200) {
       // 100 Continue, 103 Early Hints: not passed on.
       if (endStream) return this.#malformed(s, "an interim response ends the stream");
-      return;
+      return this.#idle();
     }
     s.head = true;
     s.noBody = bodiless(s.method, head.status);

@@ -109,6 +109,9 @@ const data = (id: number, text: string | number, end = false) =>
     typeof text === "string" ? enc.encode(text) : new Uint8Array(text),
   );
 const ok = (...extra: Fields): Fields => [[":status", "200"], ...extra];
+/** A connection error that says the origin is flooding. */
+const calm = (e: unknown) =>
+  e instanceof H2ConnectionError && e.code === ErrorCode.ENHANCE_YOUR_CALM;
 
 /** A session past the preface (the origin's SETTINGS read), its output so far taken. */
 function session(options: SessionOptions = {}, settings: [number, number][] = []) {
@@ -512,7 +515,8 @@ Deno.test("when the connection ends, streams that heard nothing may be retried",
 });
 
 Deno.test("PING is answered; an origin that does not read the answers is a flood", () => {
-  const s = session();
+  // Allowed any number of frames without work: the bound of unread answers is what stops it.
+  const s = session({ allowance: { frames: Infinity } });
   s.receive(frame(FrameType.PING, 0, 0, enc.encode("12345678")));
   const [pong] = framesOf(s.takeOutput());
   assert.deepEqual([pong.type, pong.flags, dec.decode(pong.payload)], [
@@ -526,7 +530,7 @@ Deno.test("PING is answered; an origin that does not read the answers is a flood
     () => {
       for (let i = 0; i < 70_000; i++) s.receive(ping);
     },
-    (e: unknown) => e instanceof H2ConnectionError && e.code === ErrorCode.ENHANCE_YOUR_CALM,
+    (e: unknown) => calm(e) && /without reading the answers/.test((e as Error).message),
   );
 });
 
@@ -562,4 +566,117 @@ Deno.test("takeBatch() counts the bytes of frames other than request DATA (an or
   }
   assert.ok(control > 1000 * (FRAME_HEADER * 2 + 4), `${control}`);
   assert.ok(UNSENT_LIMIT >= 100 * 64 * 1024);
+});
+
+Deno.test("an origin that floods frames carrying no response or data gets GOAWAY ENHANCE_YOUR_CALM, even when it reads the answers", () => {
+  // The frame flooded, after what `setup` did on a stream that is open.
+  const cases: [string, (s: H2ClientSession, id: number) => Uint8Array][] = [
+    ["SETTINGS", () => settingsFrame([])],
+    ["SETTINGS ACK", () => frame(FrameType.SETTINGS, Flag.ACK, 0)],
+    ["PING", () => frame(FrameType.PING, 0, 0, new Uint8Array(8))],
+    ["PING ACK", () => frame(FrameType.PING, Flag.ACK, 0, new Uint8Array(8))],
+    ["PRIORITY", (_s, id) => frame(FrameType.PRIORITY, 0, id, new Uint8Array(5))],
+    ["WINDOW_UPDATE of 1 on the connection", () => windowUpdateFrame(0, 1)],
+    ["WINDOW_UPDATE of 1 on a stream", (_s, id) => windowUpdateFrame(id, 1)],
+    ["an unknown frame type", () => frame(0x20, 0, 0, new Uint8Array(0))],
+    ["empty DATA", (s, id) => {
+      s.receive(head(id, ok()));
+      return data(id, "");
+    }],
+    ["DATA with only padding", (s, id) => {
+      s.receive(head(id, ok()));
+      return frame(FrameType.DATA, Flag.PADDED, id, new Uint8Array([3, 0, 0, 0]));
+    }],
+    ["DATA on a stream forgekit reset", (s, id) => {
+      s.receive(head(id, ok()));
+      s.reset(id, ErrorCode.CANCEL);
+      return data(id, "x");
+    }],
+    ["RST_STREAM on a stream forgekit reset", (s, id) => {
+      s.reset(id, ErrorCode.CANCEL);
+      return rstStreamFrame(id, ErrorCode.CANCEL);
+    }],
+    ["HEADERS on a stream forgekit reset", (s, id) => {
+      s.reset(id, ErrorCode.CANCEL);
+      return head(id, ok());
+    }],
+    ["interim heads", (_s, id) => head(id, [[":status", "103"], ["link", "</a>; rel=preload"]])],
+    ["empty CONTINUATION frames", (s, id) => {
+      s.receive(frame(FrameType.HEADERS, 0, id, hpack.encode(ok())));
+      return frame(FrameType.CONTINUATION, 0, id, new Uint8Array(0));
+    }],
+  ];
+  const notCut: string[] = [];
+  for (const [name, setup] of cases) {
+    const s = session();
+    const { id, r } = open(s, false, "POST");
+    const flood = setup(s, id);
+    let sent = 0;
+    let error: unknown = null;
+    try {
+      for (; sent < 5000; sent++) {
+        s.receive(flood);
+        // The origin reads what forgekit answers.
+        s.takeOutput();
+        s.written();
+      }
+    } catch (e) {
+      error = e;
+    }
+    if (!calm(error)) {
+      notCut.push(`${name}: ${error}`);
+      continue;
+    }
+    assert.ok(sent >= 1000 && sent < 1100, `${name}: cut off after ${sent} frames`);
+    // What origin_h2.ts does with a connection error: GOAWAY with its code, then the streams fail.
+    s.goaway((error as H2ConnectionError).code, (error as Error).message);
+    const goaway = framesOf(s.takeOutput()).find((f) => f.type === FrameType.GOAWAY)!;
+    assert.equal(u32(goaway.payload, 4), ErrorCode.ENHANCE_YOUR_CALM, name);
+    s.fail(new Error("the origin broke HTTP/2", { cause: error }));
+    assert.equal(r.error === null, name.includes("reset"), name);
+  }
+  assert.deepEqual(notCut, []);
+});
+
+Deno.test("a long upload is not taken for a flood: its DATA frames pay for the origin's WINDOW_UPDATEs and PINGs", () => {
+  const ping = frame(FrameType.PING, 0, 0, new Uint8Array(8));
+  // What the origin sends back for each chunk of `n` bytes it read.
+  const cases: [string, number, number, (id: number, n: number) => Uint8Array[]][] = [
+    [
+      "64 MiB in 16 KiB frames, each answered by WINDOW_UPDATEs and a PING",
+      16384,
+      4096,
+      (id, n) => [windowUpdateFrame(id, n), windowUpdateFrame(0, n), ping],
+    ],
+    [
+      "16 MiB to Go's server, which gives the windows back every 4 KiB read",
+      16384,
+      1024,
+      (id, n) =>
+        Array.from({ length: 4 }, () => [windowUpdateFrame(id, n / 4), windowUpdateFrame(0, n / 4)])
+          .flat(),
+    ],
+    [
+      "20,000 gRPC messages of 100 bytes, each answered as grpc-go does (a BDP PING) and more",
+      100,
+      20_000,
+      (id, n) => [windowUpdateFrame(0, n), ping, windowUpdateFrame(id, n)],
+    ],
+  ];
+  for (const [name, size, chunks, answer] of cases) {
+    const s = session();
+    const { id, r } = open(s, false, "POST");
+    s.takeOutput();
+    const chunk = new Uint8Array(size);
+    for (let i = 0; i < chunks; i++) {
+      assert.ok(s.sendable(id)! >= size, name);
+      s.data(id, chunk, false);
+      s.takeOutput();
+      s.written();
+      s.receive(concat(answer(id, size)));
+    }
+    s.data(id, new Uint8Array(0), true);
+    s.receive(head(id, ok(), true));
+    assert.deepEqual(r.log, ["head 200", "end"], name);
+  }
 });

@@ -16,8 +16,8 @@
  * (CVE-2023-44487), or makes the server reset them (CVE-2025-8671), floods
  * control frames without reading the answers, or sends more frames without
  * requests or data than its requests and responses pay for (empty DATA,
- * PRIORITY, PING, SETTINGS, WINDOW_UPDATE, ...) gets GOAWAY
- * ENHANCE_YOUR_CALM.
+ * PRIORITY, PING, SETTINGS, WINDOW_UPDATE, ...; `frame_allowance.ts`) gets
+ * GOAWAY ENHANCE_YOUR_CALM.
  *
  * @module
  */
@@ -44,6 +44,7 @@ import {
   windowUpdateFrame,
 } from "./h2_frames.ts";
 import { HpackDecoder, HpackEncoder } from "./hpack.ts";
+import { FrameAllowance } from "./frame_allowance.ts";
 import {
   checkRequestFields,
   checkTrailerFields,
@@ -95,20 +96,6 @@ const RESET_ALLOWANCE = 100;
  * as flooding: it sends control frames without reading the answers.
  */
 const FLOOD_BYTES = 1024 * 1024;
-/**
- * Frames without a request or its data (PING, SETTINGS, PRIORITY,
- * WINDOW_UPDATE, RST_STREAM, GOAWAY, empty DATA, unknown types) a client
- * may send at once. Each costs about as much to read as a DATA frame, so a
- * flood of them holds a CPU. The allowance is earned back by work: each
- * stream opened, each few KiB of response sent, and time.
- */
-const FRAME_ALLOWANCE = 1000;
-/** What a stream opened pays for: its PRIORITY, a PING, a reset, window updates. */
-const FRAMES_PER_STREAM = 10;
-/** Response bytes that pay for one frame (a client acknowledging each 16 KiB DATA frame sends two). */
-const BYTES_PER_FRAME = 4096;
-/** Such frames a connection may send per second regardless (keep-alive PINGs). */
-const FRAMES_PER_SECOND = 100;
 /**
  * After the server's GOAWAY, what the client still sends is read and
  * dropped, so that it gets the GOAWAY rather than a reset, for this long and
@@ -214,9 +201,15 @@ class H2Connection {
   #controlUnsent = 0;
   #goingAway = false;
   #idleSince: number | null = performance.now();
-  /** Frames without requests the client may still send (see FRAME_ALLOWANCE). */
-  #allowance = FRAME_ALLOWANCE;
-  #allowanceAt = performance.now();
+  /**
+   * Frames without a request or its data (PING, SETTINGS, PRIORITY,
+   * WINDOW_UPDATE, RST_STREAM, GOAWAY, empty DATA, unknown types) the client
+   * may still send, earned back by streams opened, response bytes sent, and
+   * time (`frame_allowance.ts`, its defaults).
+   */
+  #frames = new FrameAllowance(performance.now());
+  /** When the chunk being read came: the clock is read for its first frame without a request only. */
+  #readAt = -1;
   /**
    * Streams closed lately, oldest first: true when this server reset them
    * (frames the client sent before it saw the RST_STREAM are dropped), false
@@ -339,6 +332,7 @@ class H2Connection {
         return;
       }
       if (chunk === null) return;
+      this.#readAt = -1;
       buf = buf.byteLength ? concat([buf, chunk]) : chunk;
       let at = 0;
       while (buf.byteLength - at >= FRAME_HEADER) {
@@ -419,19 +413,13 @@ class H2Connection {
 
   /** A frame without a request or its data: it costs allowance, earned back by work. */
   #idleFrame(): void {
-    const now = performance.now();
-    this.#earn((now - this.#allowanceAt) * FRAMES_PER_SECOND / 1000);
-    this.#allowanceAt = now;
-    if (--this.#allowance < 0) {
+    if (this.#readAt < 0) this.#readAt = performance.now();
+    if (!this.#frames.idle(this.#readAt)) {
       throw new H2ConnectionError(
         ErrorCode.ENHANCE_YOUR_CALM,
         "too many frames without requests or data",
       );
     }
-  }
-
-  #earn(frames: number): void {
-    this.#allowance = Math.min(FRAME_ALLOWANCE, this.#allowance + frames);
   }
 
   /**
@@ -696,7 +684,7 @@ class H2Connection {
     // No new streams after GOAWAY: the client may retry this one elsewhere.
     if (this.#goingAway) return this.#resetStream(id, ErrorCode.REFUSED_STREAM);
     this.#opened++;
-    this.#earn(FRAMES_PER_STREAM);
+    this.#frames.opened();
     // A stream cannot depend on itself (§5.3.1).
     if (selfDependent) return this.#streamError(id, ErrorCode.PROTOCOL_ERROR);
     if (this.#streams.size >= MAX_STREAMS) {
@@ -1165,7 +1153,7 @@ class H2Connection {
       stream.sendWindow -= n;
       this.#connSendWindow -= n;
       stream.bodySent += n;
-      this.#earn(n / BYTES_PER_FRAME);
+      this.#frames.bytes(n);
       await this.#send(stream, out);
     }
   }

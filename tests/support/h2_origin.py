@@ -39,6 +39,8 @@ Responses, by path (query ignored):
                            trailers), then trailers x-echo: done
   /allowed/big?size=N      200 with content-length N, sent within the windows
   /allowed/slow            200 after 300 ms
+  /allowed/drip            200 without content-length, "drip\n" three times
+                           100 ms apart
   /allowed/hang            never answered
   /allowed/badlength       content-length 10 but 5 bytes
   /allowed/connheader      a connection-specific field (connection: close)
@@ -48,6 +50,9 @@ Responses, by path (query ignored):
   /allowed/goaway          the first time: GOAWAY naming the stream before it
                            as the last processed, and no answer; then 200
   /allowed/die             the connection is closed at once, no GOAWAY
+  /allowed/flood           5,000 frames that carry nothing (PING, PRIORITY,
+                           WINDOW_UPDATE of 1, an unknown type) written at
+                           once, then 200 as for anything else
   anything else            200 "origin <path>\\n"
 """
 import hashlib
@@ -73,6 +78,22 @@ STATE = {"refused": False, "goaway": False}
 
 class Die(Exception):
     """Ends the connection at once."""
+
+
+def raw_frame(kind, flags, sid, payload=b""):
+    """A frame written by hand (h2 keeps no state for these)."""
+    return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + struct.pack(">I", sid) + payload
+
+
+def flood_frames(sid, count):
+    """`count` frames that carry no response: PING, PRIORITY, WINDOW_UPDATE of 1, type 0x20."""
+    kinds = [
+        raw_frame(0x6, 0, 0, b"flooding"),
+        raw_frame(0x2, 0, sid, struct.pack(">IB", 0, 15)),
+        raw_frame(0x8, 0, 0, struct.pack(">I", 1)),
+        raw_frame(0x20, 0, 0),
+    ]
+    return b"".join(kinds[i % len(kinds)] for i in range(count))
 
 
 def emit(obj):
@@ -223,8 +244,20 @@ class Origin:
                 self.timers.append((time.monotonic() + 0.3, lambda: self.plain(sid, "slow\n")))
             elif path == "/allowed/hang":
                 pass
+            elif path == "/allowed/drip":
+                c.send_headers(sid, [(":status", "200"), ("content-type", "text/plain")])
+                for i in range(3):
+                    self.timers.append((time.monotonic() + 0.1 * (i + 1),
+                                        lambda i=i: self.drip(sid, i == 2)))
             elif path == "/allowed/die":
                 raise Die()
+            elif path == "/allowed/flood":
+                self.flush()
+                try:
+                    self.sock.sendall(flood_frames(sid, 5000))
+                except OSError:
+                    pass
+                self.plain(sid, f"origin {path}\n")
             elif path == "/allowed/goaway" and not STATE["goaway"]:
                 STATE["goaway"] = True
                 self.flush()
@@ -242,6 +275,12 @@ class Origin:
                 c.send_headers(sid, [(":status", "200"), ("X-Upper", "1")], end_stream=True)
             else:
                 self.plain(sid, f"origin {path}\n")
+        except h2.exceptions.StreamClosedError:
+            pass
+
+    def drip(self, sid, last):
+        try:
+            self.conn.send_data(sid, b"drip\n", end_stream=last)
         except h2.exceptions.StreamClosedError:
             pass
 
