@@ -64,10 +64,15 @@ Deno.test("parseResponseHead rejects malformed heads", () => {
   }
 });
 
-/** A TLS origin that answers each request head with the next scripted reply. */
+/**
+ * A TLS origin that answers each request head with the next scripted reply.
+ * It agrees to http/1.1 in ALPN, as HTTP/1.1 servers do; `alpn: false`: it
+ * takes no part in ALPN.
+ */
 async function scriptedOrigin(
   replies: (string | { reply?: string; close: true })[],
   idleMs?: number,
+  { alpn = true } = {},
 ) {
   const ca = await makeTestCa("origin client test CA");
   const leaf = await ca.issue(["127.0.0.1"]);
@@ -76,6 +81,7 @@ async function scriptedOrigin(
     port: 0,
     cert: leaf.cert,
     key: leaf.key,
+    alpnProtocols: alpn ? ["http/1.1"] : undefined,
   });
   const heads: string[] = [];
   let accepted = 0;
@@ -165,6 +171,28 @@ Deno.test("the origin client frames bodies and reuses one kept-alive connection"
   }
 });
 
+Deno.test("an origin that takes no part in ALPN (it may speak only HTTP/2) costs one more handshake, once", async () => {
+  const o = await scriptedOrigin(
+    [
+      "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\na",
+      "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nb",
+    ],
+    undefined,
+    { alpn: false },
+  );
+  try {
+    assert.equal((await o.get("/1")).text, "a");
+    // Its answer without ALPN to an offer of http/1.1 alone left it open
+    // whether it speaks HTTP/1.1; offered h2 too on a second connection, it
+    // still picked nothing: HTTP/1.1, remembered.
+    assert.equal(o.accepted(), 2);
+    assert.equal((await o.get("/2")).text, "b");
+    assert.equal(o.accepted(), 2);
+  } finally {
+    await o.close();
+  }
+});
+
 Deno.test("a body-less request is retried once when the origin closed the idle connection", async () => {
   const o = await scriptedOrigin([
     "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
@@ -226,7 +254,12 @@ async function closingOrigins(count: number, idleCloseMs: number) {
   const ca = await makeTestCa("origin pool test CA");
   const leaf = await ca.issue(["127.0.0.1"]);
   const origins = Array.from({ length: count }, () => {
-    const listener = Deno.listenTls({ hostname: "127.0.0.1", port: 0, ...leaf });
+    const listener = Deno.listenTls({
+      hostname: "127.0.0.1",
+      port: 0,
+      ...leaf,
+      alpnProtocols: ["http/1.1"],
+    });
     const o = { port: listener.addr.port, accepted: 0, listener, serving: Promise.resolve() };
     o.serving = (async () => {
       for await (const conn of listener) {

@@ -63,7 +63,7 @@ function clean(r: H2Result): void {
 }
 
 originTest(
-  "an HTTP/2 client reaches an HTTP/2-only origin over HTTP/2; an HTTP/1.1 client still speaks HTTP/1.1 to it",
+  "an HTTP/2 client reaches an HTTP/2-only origin over HTTP/2, and so does an HTTP/1.1 client",
   async (f) => {
     const h2 = await curl(f, ["--http2", "-sS", "-D", "-", "https://api.github.com/allowed/x"]);
     assert.equal(h2.code, 0, h2.out);
@@ -72,16 +72,99 @@ originTest(
     assert.deepEqual(f.requests().map((r) => r.path), ["/allowed/x"]);
     const conn = f.requests()[0].conn;
     assert.equal(f.events.find((e) => e.ev === "conn" && e.conn === conn)?.alpn, "h2");
-    // HTTP/1.1 clients keep HTTP/1.1 upstream: this origin refuses it.
+    // An HTTP/1.1 client's request goes over HTTP/2 too: this origin refuses HTTP/1.1.
     const h1 = await curl(f, ["--http1.1", "-sS", "-D", "-", "https://api.github.com/allowed/y"]);
-    assert.match(h1.out, /HTTP\/1\.1 502 Bad Gateway/);
-    assert.match(h1.out, /X-Proxy-Error: upstream-error/i);
-    assert.deepEqual(f.requests().map((r) => r.path), ["/allowed/x"]);
+    assert.equal(h1.code, 0, h1.out);
+    assert.match(h1.out, /\r\nHTTP\/1\.1 200 \r\n/);
+    assert.match(h1.out, /\r\ncontent-length: 18\r\n/);
+    assert.match(h1.out, /\r\n\r\norigin \/allowed\/y\n$/);
+    assert.deepEqual(f.requests().map((r) => r.path), ["/allowed/x", "/allowed/y"]);
+    // Over the same HTTP/2 connection, with no header of HTTP/1.1's framing.
+    const y = f.requests()[1];
+    assert.equal(y.conn, conn);
+    assert.deepEqual(
+      y.headers?.filter(([k]) => k.startsWith(":") || k === "host" || k === "connection"),
+      [
+        [":method", "GET"],
+        [":scheme", "https"],
+        [":authority", "api.github.com"],
+        [":path", "/allowed/y"],
+      ],
+    );
     await until("two log lines", () => f.logs.length === 2);
     assert.deepEqual(f.logs.map((e) => [e.url, e.status]), [
       ["https://api.github.com/allowed/x", 200],
-      ["https://api.github.com/allowed/y", 502],
+      ["https://api.github.com/allowed/y", 200],
     ]);
+  },
+);
+
+originTest(
+  "an HTTP/1.1 client's chunked upload reaches an HTTP/2-only origin whole; a response streaming in without a length goes out chunked, or ends by closing for HTTP/1.0",
+  async (f) => {
+    const body = await Deno.makeTempFile();
+    const bytes = new Uint8Array(3 * 1024 * 1024 + 7).map((_, i) => (i * 31) % 251);
+    await Deno.writeFile(body, bytes);
+    const sha = Array.from(new Uint8Array(await crypto.subtle.digest("SHA-256", bytes)))
+      .map((b) => b.toString(16).padStart(2, "0")).join("");
+    try {
+      const up = await curl(f, [
+        "--http1.1",
+        "-sS",
+        "-D",
+        "-",
+        "-H",
+        "Transfer-Encoding: chunked",
+        "-H",
+        "TE: trailers",
+        "--data-binary",
+        `@${body}`,
+        "https://api.github.com/allowed/echo",
+      ]);
+      assert.equal(up.code, 0, up.out);
+      assert.match(up.out, /\r\nHTTP\/1\.1 200 \r\n/);
+      const echoed = JSON.parse(up.out.slice(up.out.lastIndexOf("\r\n\r\n") + 4));
+      // te: trailers is hop-by-hop from an HTTP/1.1 client: not forwarded.
+      assert.deepEqual(echoed, { length: bytes.byteLength, sha256: sha, te: [], trailers: null });
+      // A body that streams in without a length goes out as it comes, chunked.
+      const drip = await curl(f, [
+        "--http1.1",
+        "-sS",
+        "-D",
+        "-",
+        "--raw",
+        "https://api.github.com/allowed/drip",
+      ]);
+      assert.equal(drip.code, 0, drip.out);
+      assert.match(drip.out, /\r\nHTTP\/1\.1 200 \r\n/);
+      assert.match(drip.out, /\r\ntransfer-encoding: chunked\r\n/i);
+      assert.match(drip.out, /\r\n\r\n5\r\ndrip\n\r\n5\r\ndrip\n\r\n5\r\ndrip\n\r\n0\r\n\r\n$/);
+      // An HTTP/1.0 client cannot take chunks: the end of the body closes the connection.
+      const old = await curl(f, [
+        "--http1.0",
+        "-sS",
+        "-D",
+        "-",
+        "https://api.github.com/allowed/drip",
+      ]);
+      assert.equal(old.code, 0, old.out);
+      assert.match(old.out, /\r\nHTTP\/1\.1 200 \r\n/);
+      assert.match(old.out, /\r\nconnection: close\r\n/i);
+      assert.doesNotMatch(old.out, /transfer-encoding|content-length/i);
+      assert.match(old.out, /\r\n\r\ndrip\ndrip\ndrip\n$/);
+      const big = await curl(f, [
+        "--http1.1",
+        "-sS",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code} %{size_download}",
+        "https://api.github.com/allowed/big?size=5000000",
+      ]);
+      assert.equal(big.out, "200 5000000");
+    } finally {
+      await Deno.remove(body);
+    }
   },
 );
 

@@ -70,8 +70,9 @@ export interface OriginRequest {
    */
   signal?: AbortSignal;
   /**
-   * The client spoke HTTP/2: the request goes over HTTP/2 when the origin
-   * picks it (else over HTTP/1.1, as any other).
+   * The client spoke HTTP/2: with `te`, the request goes over HTTP/2 when
+   * the origin picks it (any request does when the origin does not speak
+   * HTTP/1.1; else over HTTP/1.1).
    */
   http2?: {
     /** The client sent `te: trailers` (gRPC does): forwarded over HTTP/2. */
@@ -166,6 +167,8 @@ export const MAX_WARMING = 16;
 /** The largest response body passed on as one piece rather than streamed. */
 const WHOLE_BODY_LIMIT = 64 * 1024;
 const READ_SIZE = 64 * 1024;
+/** What an HTTP/1.1 client's request asks of HTTP/2: no trailers either way. */
+const NO_TRAILERS: NonNullable<OriginRequest["http2"]> = { te: false };
 /** The ALPN offer of HTTP/1.1 connections. */
 const H1_ALPN = ["http/1.1"];
 /** The ALPN offer of connections for HTTP/2 clients: h2 preferred. */
@@ -492,20 +495,34 @@ export class OriginClient {
 
   /**
    * Sends a request and returns the response head with its body: over
-   * HTTP/1.1, or, for an HTTP/2 client's request (`http2`), over HTTP/2 when
-   * the origin picks it.
+   * HTTP/1.1, or over HTTP/2 when the origin does not speak HTTP/1.1 or, for
+   * an HTTP/2 client's request (`http2`), it asks for trailers. A protocol
+   * switch (`upgrade`) is only asked over HTTP/1.1.
    */
   request(req: OriginRequest): Promise<OriginResponse> {
-    return req.http2 === undefined || req.upgrade !== undefined
+    const h2 = req.http2 ?? NO_TRAILERS;
+    // Most requests: straight to HTTP/1.1 (no turn spent on the choice).
+    return req.upgrade !== undefined || (!h2.te && this.#takesH1(req))
       ? this.#requestH1(req)
-      : this.#requestFromH2(req, req.http2);
+      : this.#requestEither(req, h2);
   }
 
   /**
-   * An HTTP/2 client's request: over HTTP/2 when it carries `te: trailers`
-   * or the origin may not speak HTTP/1.1; else over HTTP/1.1, as any other.
+   * The origin is known to speak HTTP/1.1 (it answered on a kept connection,
+   * or agreed to http/1.1 offered both), and no connection opened ahead may
+   * still tell otherwise.
    */
-  async #requestFromH2(
+  #takesH1(req: OriginRequest): boolean {
+    const key = `${req.host.toLowerCase()}:${req.port}`;
+    return !this.#warming.has(key) && !this.#h1Refused.has(key) &&
+      ((this.#idle.get(key)?.length ?? 0) > 0 || this.#alpn.get(key) === "http/1.1");
+  }
+
+  /**
+   * A request over HTTP/2 when it carries `te: trailers` (from an HTTP/2
+   * client) or the origin may not speak HTTP/1.1; else over HTTP/1.1.
+   */
+  async #requestEither(
     req: OriginRequest,
     h2: NonNullable<OriginRequest["http2"]>,
   ): Promise<OriginResponse> {
@@ -515,10 +532,7 @@ export class OriginClient {
     const warming = this.#warming.get(key);
     if (warming !== undefined) await untilSettled(warming, req.signal);
     if (this.#h1Refused.has(key)) return this.#requestH2(req, h2);
-    // It answered on an idle connection, or agreed to http/1.1 offered both.
-    if ((this.#idle.get(key)?.length ?? 0) > 0 || this.#alpn.get(key) === "http/1.1") {
-      return this.#requestH1(req);
-    }
+    if (this.#takesH1(req)) return this.#requestH1(req);
     // A new connection: nothing is sent on it before its handshake shows that
     // the origin agreed to http/1.1.
     const oc = await this.#connect(req.host, req.port, key, req.signal);
