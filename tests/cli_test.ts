@@ -753,7 +753,7 @@ Deno.test("firewall: each run's default log directory is new and private; a link
     assert.equal(r.code, 2, r.stderr);
     assert.equal(
       r.stderr,
-      `error: Cannot open ${dir}/logs/access.log: ${dir}/logs/access.log is a symbolic link ` +
+      `error: Cannot open the access log: ${dir}/logs/access.log is a symbolic link ` +
         "(remove it or choose another --log-dir)\n",
     );
     assert.equal(await Deno.readTextFile(`${dir}/victim`), "precious\n");

@@ -10,6 +10,7 @@ import { baseEnv, denoDir, MAIN_TS, runForgekit, spawnForgekit } from "./support
 import { gitCgi, makeBareRepo } from "./support/git_server.ts";
 import { assertNamespaces, needsNamespaces } from "./support/namespaces.ts";
 import { startOrigins } from "./support/origin.ts";
+import { removeStaleSessions } from "../lib/bump/session.ts";
 
 const repo = await makeBareRepo();
 const o = await startOrigins(
@@ -21,6 +22,8 @@ const o = await startOrigins(
     "wild.example",
     "a.wild.example",
     "git.example",
+    // An address (TEST-NET-2), reached only through the test proxy's route to loopback.
+    "198.51.100.7",
   ],
   (req, hit) => {
     if (hit.host === "git.example") return gitCgi(req, repo.root);
@@ -107,7 +110,7 @@ Deno.test(
       "7 hello a.wild.example /d",
       "8 403",
       "9 403",
-      "10 forgekit firewall blocked other.example: no-rule (add it to --allow-domains (and remove it from --block-domains))",
+      "10 forgekit firewall blocked other.example: no-rule (add it to --allow-domains)",
     ]);
     assert.match(r.stderr, /forgekit firewall: blocked requests:\n {2}other\.example {2}4\n/);
     assert.match(
@@ -288,12 +291,18 @@ Deno.test(
   needsNamespaces,
   async () => {
     assertNamespaces();
-    const r = await firewall(["--allow-domains", "allowed.example"], sh("id -u; id -g"), {
-      SUDO_UID: "65534",
-      SUDO_GID: "65534",
-    });
+    // sudo sets HOME, USER and LOGNAME to root's, where the user can write nothing.
+    const r = await firewall(
+      ["--allow-domains", "allowed.example"],
+      sh('id -u; id -g; echo "$HOME $USER $LOGNAME"'),
+      { SUDO_UID: "65534", SUDO_GID: "65534", HOME: "/root", USER: "root", LOGNAME: "root" },
+    );
     assert.equal(r.code, 0, r.stderr);
-    assert.equal(r.stdout, "65534\n65534\n");
+    const passwd = new TextDecoder().decode(
+      new Deno.Command("getent", { args: ["passwd", "65534"], stdout: "piped" }).outputSync()
+        .stdout,
+    ).trim().split(":");
+    assert.equal(r.stdout, `65534\n65534\n${passwd[5]} ${passwd[0]} ${passwd[0]}\n`);
   },
 );
 
@@ -667,7 +676,147 @@ Deno.test("--no-sandbox warns and runs COMMAND with only the proxy variables", {
   );
 });
 
+Deno.test(
+  "HTTPS to an allowed IP address passes: a client sends no SNI for an address",
+  needsNamespaces,
+  async () => {
+    assertNamespaces();
+    const r = await firewall(
+      ["--allow-domains", "198.51.100.7"],
+      sh(
+        `${curl} https://198.51.100.7/ip; echo "other $(${curl} -o /dev/null -w '%{http_connect}' https://198.51.100.8/ 2>/dev/null)"`,
+      ),
+    );
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(r.stdout, "hello 198.51.100.7 /ip\nother 403\n");
+    const line = readLog().findLast((e) => e.host === "198.51.100.7")!;
+    assert.deepEqual([line.decision, line.rule, line.status], [
+      "allowed",
+      "allow-domains:198.51.100.7",
+      200,
+    ]);
+  },
+);
+
+Deno.test(
+  "a forgekit that is killed (SIGKILL) takes the sandbox and COMMAND with it",
+  needsNamespaces,
+  async () => {
+    assertNamespaces();
+    const marker = `${30 + Math.random()}`.slice(0, 12); // `sleep 30.123…`: this run's COMMAND
+    const running = () =>
+      [...Deno.readDirSync("/proc")].filter((e) => /^\d+$/.test(e.name)).some((e) => {
+        try {
+          const argv = Deno.readTextFileSync(`/proc/${e.name}/cmdline`).split("\0");
+          return argv[0] === "sleep" && argv[1] === marker;
+        } catch {
+          return false;
+        }
+      });
+    const child = spawnForgekit(
+      [
+        "firewall",
+        "--log-dir",
+        logDir,
+        "--allow-domains",
+        "allowed.example",
+        "--",
+        "sleep",
+        marker,
+      ],
+      { env: { ...o.env, PATH: Deno.env.get("PATH")! } },
+    );
+    let end = Date.now() + 20_000;
+    while (!running() && Date.now() < end) await new Promise((res) => setTimeout(res, 50));
+    assert.ok(running(), "COMMAND runs in the sandbox");
+    child.kill("SIGKILL");
+    // Its status, not its output: a sandbox left running would hold the pipes open.
+    await child.status;
+    end = Date.now() + 5_000;
+    while (running() && Date.now() < end) await new Promise((res) => setTimeout(res, 50));
+    const left = running();
+    await Promise.all([child.stdout.cancel(), child.stderr.cancel()]);
+    assert.equal(left, false, "COMMAND ended with forgekit");
+    removeStaleSessions(); // what the next run would do
+  },
+);
+
+Deno.test(
+  "a CONNECT to no host name is logged; --log-level warn names the access log with the summary",
+  { sanitizeResources: false, sanitizeOps: false },
+  async () => {
+    const dir = await Deno.makeTempDir({ prefix: "forgekit-fwlogs-" });
+    try {
+      const script = `import os, socket
+port = int(os.environ["HTTP_PROXY"].rsplit(":", 1)[1])
+s = socket.create_connection(("127.0.0.1", port), timeout=10)
+s.sendall(b"CONNECT a,b.example:443 HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n")
+print(s.recv(4096).split(b"\\r\\n")[0].decode())`;
+      const r = await runForgekit(
+        [
+          "firewall",
+          "--log-dir",
+          dir,
+          "--log-level",
+          "warn",
+          "--no-sandbox",
+          "--allow-domains",
+          "allowed.example",
+          "--",
+          "python3",
+          "-c",
+          script,
+        ],
+        { env: { ...o.env, PATH: Deno.env.get("PATH")! }, timeoutMs: 60_000 },
+      );
+      assert.equal(r.code, 0, r.stderr);
+      assert.equal(r.stdout, "HTTP/1.1 400 Bad Request\n");
+      const line = JSON.parse(await Deno.readTextFile(join(dir, "access.log")));
+      assert.deepEqual(
+        [line.method, line.host, line.port, line.decision, line.rule, line.status],
+        ["CONNECT", "a,b.example", 443, "blocked", "bad-request", 400],
+      );
+      assert.match(r.stderr, /^forgekit firewall: blocked requests:\n {2}a,b\.example {2}1$/m);
+      assert.match(
+        r.stderr,
+        new RegExp(`^forgekit firewall: access log ${join(dir, "access.log")}$`, "m"),
+      );
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+);
+
+Deno.test(
+  "a missing sandbox tool is exit 2 before the run makes its log directory",
+  async () => {
+    // A PATH with COMMAND and every sandbox tool but ip.
+    const bin = await Deno.makeTempDir({ prefix: "forgekit-bin-" });
+    try {
+      for (const cmd of ["true", "unshare", "setpriv", "setsid"]) {
+        await Deno.symlink(findCommand(cmd)!, join(bin, cmd));
+      }
+      const dir = join(bin, "logs");
+      const r = await runForgekit(
+        ["firewall", "--log-dir", dir, "--allow-domains", "x.example", "--", "true"],
+        { env: { PATH: bin } },
+      );
+      assert.equal(r.code, 2);
+      assert.equal(
+        r.stderr,
+        "error: Cannot create the sandbox: the ip command was not found " +
+          "(install iproute2, or use --no-sandbox)\n",
+      );
+      await assert.rejects(() => Deno.stat(dir), Deno.errors.NotFound, "no log directory");
+    } finally {
+      await Deno.remove(bin, { recursive: true });
+    }
+  },
+);
+
 Deno.test("bad options are one-line usage errors with exit 2, before anything runs", async () => {
+  const badFile = join(logDir, "allowed.txt");
+  await Deno.writeTextFile(badFile, "a.example # ok\nhttp://b.example/\n");
   const cases: [string[], RegExp][] = [
     [
       ["--allow-domains", "*.com"],
@@ -687,6 +836,29 @@ Deno.test("bad options are one-line usage errors with exit 2, before anything ru
     ],
     [["--log-level", "loud"], /^error: --log-level must be one of debug, info, warn, error/],
     [["--allow-domains", "x.example"], /^error: Missing the command to run/],
+    [
+      ["--allow-domains", "https://github.com/myorg/x"],
+      /^error: --allow-domains: "https:\/\/github\.com\/myorg\/x" is a URL, not a domain \(write the host name only: github\.com; paths are filtered with --ssl-bump --allow-urls\)$/m,
+    ],
+    [
+      ["--block-domains", "gist.github.com:443"],
+      /^error: --block-domains: "gist\.github\.com:443" has a port \(write gist\.github\.com: every allowed domain is reached on ports 80 and 443 only\)$/m,
+    ],
+    [
+      ["--allow-domains-file", badFile],
+      new RegExp(
+        `^error: --allow-domains-file ${badFile}: "http://b\\.example/" is a URL, not a domain \\(write the host name only: b\\.example\\)$`,
+        "m",
+      ),
+    ],
+    [
+      ["--allow-domains-file", "/nonexistent/allowed.txt"],
+      /^error: Cannot read --allow-domains-file \/nonexistent\/allowed\.txt: no such file or directory \(check the path\)$/m,
+    ],
+    [
+      ["--allow-domains", "x.example", "--log-dir", badFile],
+      new RegExp(`^error: --log-dir ${badFile} is not a directory \\(name a directory\\)$`, "m"),
+    ],
   ];
   for (const [args, want] of cases) {
     const r = await runForgekit([
@@ -698,6 +870,19 @@ Deno.test("bad options are one-line usage errors with exit 2, before anything ru
     assert.match(r.stderr, want);
     assert.equal(r.stderr.trim().split("\n").length, 1, r.stderr);
   }
+  // A program in the working directory is not on PATH: say how to run it.
+  await Deno.writeTextFile(join(logDir, "agent.sh"), "#!/bin/sh\n", { mode: 0o755 });
+  const here = await runForgekit(
+    ["firewall", "--allow-domains", "x.example", "--", "agent.sh"],
+    { cwd: logDir },
+  );
+  assert.equal(here.code, 2);
+  assert.equal(
+    here.stderr,
+    "error: Cannot run agent.sh: command not found (to run the file in this directory, write ./agent.sh)\n",
+  );
+  await Deno.remove(badFile);
+  await Deno.remove(join(logDir, "agent.sh"));
 });
 
 Deno.test(

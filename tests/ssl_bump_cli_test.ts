@@ -13,7 +13,13 @@ import { assertNamespaces, needsNamespaces } from "./support/namespaces.ts";
 import { startOrigins } from "./support/origin.ts";
 
 const repo = await makeBareRepo();
-const o = await startOrigins(["api.example", "pinned.example", "git.example"], (req, hit) => {
+const o = await startOrigins([
+  "api.example",
+  "pinned.example",
+  "git.example",
+  // An address (TEST-NET-2), reached only through the test proxy's route to loopback.
+  "198.51.100.7",
+], (req, hit) => {
   if (hit.host === "git.example") return gitCgi(req, repo.root);
   if (req.headers.get("upgrade")?.toLowerCase() === "websocket") {
     const { socket, response } = Deno.upgradeWebSocket(req);
@@ -337,7 +343,7 @@ Deno.test("--allow-urls is checked before anything runs", async () => {
   assert.equal(bad.code, 2);
   assert.match(
     bad.stderr,
-    /^error: URL patterns must start with https:\/\/ \(got: http:\/\/api\.example\/x\); use --allow-domains for domain-level filtering/,
+    /^error: URL patterns must start with https:\/\/ \(got: http:\/\/api\.example\/x\); use --allow-domains for domain-level filtering \(or write https:\/\/api\.example\/x: patterns match HTTPS requests only, and plain http:\/\/ to a host they name is blocked\)$/m,
   );
   assert.equal(bad.stderr.trim().split("\n").length, 1);
   const noBump = await runForgekit([
@@ -352,6 +358,155 @@ Deno.test("--allow-urls is checked before anything runs", async () => {
   assert.equal(noBump.code, 2);
   assert.match(noBump.stderr, /^error: --allow-urls needs --ssl-bump/);
 });
+
+Deno.test("options that could never take effect are refused before anything runs", async () => {
+  const cases: [string[], string][] = [
+    [
+      ["--allow-domains", "api.example", "--ssl-bump", "--allow-urls", "api.example/allowed/**"],
+      "error: URL patterns must start with https:// (got: api.example/allowed/**); " +
+      "use --allow-domains for domain-level filtering (or write https://api.example/allowed/**)",
+    ],
+    [
+      ["--allow-domains", "api.example", "--ssl-bump", "--allow-urls", "https://git.example/r/**"],
+      "error: --allow-urls https://git.example/r/** names git.example, but --allow-domains does " +
+      "not allow it, so it could never match (add git.example to --allow-domains, or drop the pattern)",
+    ],
+    [
+      [
+        "--allow-domains",
+        "api.example,git.example",
+        "--block-domains",
+        "git.example",
+        "--ssl-bump",
+        "--allow-urls",
+        "https://git.example/r/**",
+      ],
+      "error: --allow-urls https://git.example/r/** names git.example, but --block-domains " +
+      "git.example blocks it, so it could never match (drop git.example from --block-domains, or drop the pattern)",
+    ],
+    [
+      ["--allow-domains", "api.example", "--upstream-ca", o.ca.certPath],
+      "error: --upstream-ca needs --ssl-bump: without it forgekit opens no TLS connection of its " +
+      "own (COMMAND verifies servers itself) (add --ssl-bump, or drop --upstream-ca)",
+    ],
+    [
+      ["--allow-domains", "api.example", "--ssl-bump", "--upstream-ca", "/nonexistent/ca.pem"],
+      "error: Cannot read --upstream-ca /nonexistent/ca.pem: no such file or directory (check the path)",
+    ],
+  ];
+  for (const [args, want] of cases) {
+    const r = await runForgekit(["firewall", ...args, "--", "true"]);
+    assert.equal(r.code, 2, args.join(" "));
+    assert.equal(r.stderr, `${want}\n`);
+  }
+  const env = { PATH: Deno.env.get("PATH")!, DENO_CERT: "/nonexistent/deno-cert.pem" };
+  const denoCert = await runForgekit(
+    ["firewall", "--allow-domains", "api.example", "--ssl-bump", "--", "true"],
+    { env },
+  );
+  assert.equal(denoCert.code, 2);
+  assert.equal(
+    denoCert.stderr,
+    "error: Cannot read DENO_CERT /nonexistent/deno-cert.pem: no such file or directory " +
+      "(point DENO_CERT at a PEM file, or unset it)\n",
+  );
+});
+
+Deno.test(
+  "DENO_CERT is not read without --ssl-bump; --no-bump-domains may name a domain that covers allowed ones",
+  { sanitizeResources: false, sanitizeOps: false },
+  async () => {
+    const env = { PATH: Deno.env.get("PATH")!, DENO_CERT: "/nonexistent/deno-cert.pem" };
+    const plain = await runForgekit(
+      [
+        "firewall",
+        "--log-dir",
+        logDir,
+        "--no-sandbox",
+        "--allow-domains",
+        "api.example",
+        "--",
+        "true",
+      ],
+      { env },
+    );
+    assert.equal(plain.code, 0, plain.stderr);
+    // *.api.example's hosts are all in api.example: spliced, as asked.
+    const wide = await runForgekit([
+      "firewall",
+      "--log-dir",
+      logDir,
+      "--no-sandbox",
+      "--allow-domains",
+      "*.api.example",
+      "--ssl-bump",
+      "--no-bump-domains",
+      "api.example",
+      "--",
+      "true",
+    ], { env: { PATH: Deno.env.get("PATH")! } });
+    assert.equal(wide.code, 0, wide.stderr);
+  },
+);
+
+Deno.test(
+  "an origin forgekit does not trust is named at the end of the run, with --upstream-ca as the fix",
+  { sanitizeResources: false, sanitizeOps: false },
+  async () => {
+    const r = await runForgekit(
+      [
+        "firewall",
+        "--log-dir",
+        logDir,
+        "--no-sandbox",
+        "--allow-domains",
+        "api.example",
+        "--ssl-bump",
+        "--",
+        "sh",
+        "-c",
+        `${curl} ${code} https://api.example/untrusted`,
+      ],
+      { env: { HTTPS_PROXY: o.proxy.url, PATH: Deno.env.get("PATH")! }, timeoutMs: 60_000 },
+    );
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(r.stdout, "502 upstream-error");
+    assert.match(
+      r.stderr,
+      /^forgekit firewall: allowed, but failed upstream:\n {2}api\.example {2}1 {2}.*certificate.*\n {2}forgekit did not trust a server's certificate: for a private or corporate CA, pass --upstream-ca FILE \(PEM\)\nforgekit firewall: access log /m,
+    );
+  },
+);
+
+Deno.test(
+  "HTTPS to an allowed IP address is inspected: its client sends no SNI",
+  { sanitizeResources: false, sanitizeOps: false },
+  async () => {
+    const r = await runForgekit(
+      [
+        "firewall",
+        "--log-dir",
+        logDir,
+        "--no-sandbox",
+        "--allow-domains",
+        "198.51.100.7",
+        "--ssl-bump",
+        "--allow-urls",
+        "https://198.51.100.7/ok/*",
+        "--upstream-ca",
+        o.ca.certPath,
+        "--",
+        "sh",
+        "-c",
+        `${curl} https://198.51.100.7/ok/ip; ${curl} ${code} https://198.51.100.7/no`,
+      ],
+      { env: { HTTPS_PROXY: o.proxy.url, PATH: Deno.env.get("PATH")! }, timeoutMs: 60_000 },
+    );
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(r.stdout, "hello 198.51.100.7 /ok/ip\n403 blocked-by-url-policy");
+    assert.ok(!o.hits.some((h) => h.path === "/no"));
+  },
+);
 
 Deno.test(
   "teardown: ssl-bump test origins",

@@ -4,12 +4,28 @@ import { ALLOWED_PORTS } from "./domain_policy.ts";
 import { printable, printableJson } from "../cli/output.ts";
 
 /**
- * One JSON line. JSON escapes C0 controls; C1 controls (which a method
- * read as Latin-1 may hold) are escaped too, for whoever reads the log on
- * a terminal.
+ * One JSON line, its fields always in the order of {@linkcode AccessLogEntry}
+ * (whatever order the entry was made in), absent optional ones left out.
+ * JSON escapes C0 controls; C1 controls (which a method read as Latin-1 may
+ * hold) are escaped too, for whoever reads the log on a terminal.
  */
-function jsonLine(entry: AccessLogEntry): string {
-  return printableJson(JSON.stringify(entry));
+function jsonLine(e: AccessLogEntry): string {
+  return printableJson(JSON.stringify({
+    time: e.time,
+    method: e.method,
+    scheme: e.scheme,
+    host: e.host,
+    port: e.port,
+    url: e.url,
+    decision: e.decision,
+    rule: e.rule,
+    status: e.status,
+    bytes_out: e.bytes_out,
+    bytes_in: e.bytes_in,
+    duration_ms: e.duration_ms,
+    pattern: e.pattern,
+    reason: e.reason,
+  }));
 }
 
 /** One line of the access log. */
@@ -64,6 +80,8 @@ export const FLUSH_MS = 50;
 export class AccessLog {
   readonly path: string;
   readonly blocked: BlockedTally = new BlockedTally();
+  /** Allowed requests and connections that failed upstream, for the summary. */
+  readonly failed: FailedTally = new FailedTally();
   #file: Deno.FsFile;
   #enc = new TextEncoder();
   #debug?: (line: string) => void;
@@ -86,6 +104,7 @@ export class AccessLog {
    */
   write(entry: AccessLogEntry): void {
     this.blocked.add(entry);
+    if (entry.reason !== undefined) this.failed.add(entry);
     if (!this.#closed) {
       this.#pending.push(entry);
       this.#flushTimer ??= setTimeout(() => this.flush(), FLUSH_MS);
@@ -246,6 +265,66 @@ export class BlockedTally {
         for (const u of shown) lines.push(`      ${printable(u)}`);
         if (more) lines.push(`      … and ${more} more blocked requests (see the access log)`);
       }
+    }
+    return lines.join("\n");
+  }
+}
+
+/** How an allowed entry's `reason` starts when the request failed upstream. */
+const UPSTREAM_ERROR = "upstream error: ";
+/** A reason that says a server's certificate was not trusted. */
+const CERTIFICATE_PROBLEM = /certificate|UnknownIssuer|self[- ]signed|unable to verify/i;
+
+/**
+ * What the end-of-run summary says about allowed traffic that failed
+ * upstream (the server could not be reached, or its certificate was not
+ * trusted): otherwise a workload sees only a reset connection or a 502,
+ * and nothing on forgekit's side says why. Bounded like
+ * {@linkcode BlockedTally}: at most {@linkcode SUMMARY_HOSTS} hosts, each
+ * with the first reason (cut to {@linkcode SUMMARY_URL_LENGTH} characters).
+ */
+export class FailedTally {
+  #perHost = new Map<string, { count: number; reason: string }>();
+  #otherHosts = 0;
+  #certificate = false;
+
+  /** Counts an allowed entry whose reason is an upstream error; others are ignored. */
+  add(e: AccessLogEntry): void {
+    if (e.decision !== "allowed" || !e.reason?.startsWith(UPSTREAM_ERROR)) return;
+    const reason = e.reason.slice(UPSTREAM_ERROR.length);
+    if (CERTIFICATE_PROBLEM.test(reason)) this.#certificate = true;
+    const seen = this.#perHost.get(e.host);
+    if (seen) {
+      seen.count++;
+      return;
+    }
+    if (this.#perHost.size >= SUMMARY_HOSTS) {
+      this.#otherHosts++;
+      return;
+    }
+    const cut = reason.length > SUMMARY_URL_LENGTH
+      ? `${reason.slice(0, SUMMARY_URL_LENGTH)}…`
+      : reason;
+    this.#perHost.set(e.host, { count: 1, reason: cut });
+  }
+
+  /** The summary of upstream failures, or null when there were none. */
+  summary(): string | null {
+    if (this.#perHost.size === 0) return null;
+    const lines = ["forgekit firewall: allowed, but failed upstream:"];
+    for (
+      const [host, { count, reason }] of [...this.#perHost].sort((a, b) => b[1].count - a[1].count)
+    ) {
+      lines.push(`  ${printable(host)}  ${count}  ${printable(reason)}`);
+    }
+    if (this.#otherHosts) {
+      lines.push(`  … and ${this.#otherHosts} more to other hosts (see the access log)`);
+    }
+    if (this.#certificate) {
+      lines.push(
+        "  forgekit did not trust a server's certificate: for a private or corporate CA, " +
+          "pass --upstream-ca FILE (PEM)",
+      );
     }
     return lines.join("\n");
   }

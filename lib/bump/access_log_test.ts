@@ -3,6 +3,7 @@ import {
   AccessLog,
   type AccessLogEntry,
   BlockedTally,
+  FailedTally,
   logTime,
   openLogFile,
   SUMMARY_URLS_PER_HOST,
@@ -175,6 +176,101 @@ Deno.test("a log file is never opened through a symbolic link, and a new one is 
     again.close();
     const lines = (await Deno.readTextFile(`${dir}/new.log`)).trim().split("\n");
     assert.deepEqual(lines.map((l) => JSON.parse(l).host), ["example.com", "second.example"]);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("log lines have their fields in one order, whatever order the entry was made in", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const log = new AccessLog(`${dir}/access.log`);
+    // As the proxy makes a CONNECT entry: its defaults first, then the fields of the line.
+    log.write({
+      time: "2026-01-01T00:00:00.000Z",
+      scheme: "https",
+      url: null,
+      status: 403,
+      bytes_out: 0,
+      bytes_in: 0,
+      duration_ms: 1,
+      method: "CONNECT",
+      host: "example.com",
+      port: 443,
+      decision: "blocked",
+      rule: "no-rule",
+      reason: "blocked-by-domain-policy",
+    });
+    log.write(
+      entry({ decision: "allowed", rule: "url-pattern:https://x/*", pattern: "https://x/*" }),
+    );
+    log.close();
+    const lines = (await Deno.readTextFile(`${dir}/access.log`)).trim().split("\n");
+    const order = [
+      "time",
+      "method",
+      "scheme",
+      "host",
+      "port",
+      "url",
+      "decision",
+      "rule",
+      "status",
+      "bytes_out",
+      "bytes_in",
+      "duration_ms",
+    ];
+    assert.deepEqual(Object.keys(JSON.parse(lines[0])), [...order, "reason"]);
+    assert.deepEqual(Object.keys(JSON.parse(lines[1])), [...order, "pattern"]);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("the summary names hosts whose allowed requests failed upstream, and why", async () => {
+  const t = new FailedTally();
+  assert.equal(t.summary(), null);
+  t.add(entry({ decision: "allowed", rule: "allow-domains:a.example", status: 200 }));
+  t.add(entry({ decision: "blocked", reason: "blocked-by-domain-policy" }));
+  assert.equal(t.summary(), null, "only allowed entries with an upstream error count");
+  for (let i = 0; i < 2; i++) {
+    t.add(entry({
+      host: "api.example",
+      decision: "allowed",
+      rule: "url-policy:no-pattern-for-host",
+      status: 502,
+      reason: "upstream error: invalid peer certificate: UnknownIssuer",
+    }));
+  }
+  t.add(entry({
+    host: "gone.example",
+    decision: "allowed",
+    rule: "allow-domains:gone.example",
+    status: null,
+    reason: "upstream error: getaddrinfo ENOTFOUND gone.example\x1b[2J",
+  }));
+  assert.equal(
+    t.summary(),
+    [
+      "forgekit firewall: allowed, but failed upstream:",
+      "  api.example  2  invalid peer certificate: UnknownIssuer",
+      "  gone.example  1  getaddrinfo ENOTFOUND gone.example\\x1b[2J",
+      "  forgekit did not trust a server's certificate: for a private or corporate CA, pass --upstream-ca FILE (PEM)",
+    ].join("\n"),
+  );
+  // Through the log: what the firewall prints at the end.
+  const dir = await Deno.makeTempDir();
+  try {
+    const log = new AccessLog(`${dir}/access.log`);
+    log.write(entry({
+      host: "gone.example",
+      decision: "allowed",
+      status: 502,
+      reason: "upstream error: connection refused",
+    }));
+    log.close();
+    assert.match(log.failed.summary()!, /^ {2}gone\.example {2}1 {2}connection refused$/m);
+    assert.doesNotMatch(log.failed.summary()!, /upstream-ca/);
   } finally {
     await Deno.remove(dir, { recursive: true });
   }

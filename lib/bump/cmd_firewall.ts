@@ -4,16 +4,19 @@ import { join } from "node:path";
 import {
   CliError,
   findCommand,
+  fsProblem,
+  isFile,
   parseCommandArgs,
   splitList,
   usageError,
   yellow,
 } from "../cli/mod.ts";
 import { AccessLog } from "./access_log.ts";
-import { ALLOWED_PORTS, domainMatches } from "./domain_policy.ts";
-import { splitDomainText, validateDomains } from "./host_validation.ts";
+import { ALLOWED_PORTS, domainMatches, domainsOverlap } from "./domain_policy.ts";
+import { checkDomains, splitDomainText } from "./host_validation.ts";
 import { serveProxy } from "./proxy.ts";
 import {
+  checkSandboxTools,
   exitCodeOf,
   FORWARDED_SIGNALS,
   forwardSignals,
@@ -21,12 +24,13 @@ import {
   runSandboxed,
   sandboxInit,
   type SandboxSpec,
+  sudoUserEnv,
 } from "./sandbox.ts";
 import { signalExitCode } from "../cli/signals.ts";
 import { createSession, removeStaleSessions } from "./session.ts";
 import { type BumpSession, createBumpSession } from "./ssl_bump.ts";
 import { proxyEnv } from "./upstream.ts";
-import { parseUrlPatterns, splicedPattern } from "./url_pattern.ts";
+import { parseUrlPatterns, splicedPattern, unreachableHost } from "./url_pattern.ts";
 
 /** Help text of `forgekit firewall`. */
 export const FIREWALL_HELP =
@@ -41,9 +45,13 @@ Domain filtering:
   --block-domains LIST        Domains blocked even when allowed
 HTTPS inspection:
   --ssl-bump                  Terminate TLS with a per-session CA and filter full URLs
-  --allow-urls LIST           URL patterns (https://host/path/*, with --ssl-bump only)
-  --no-bump-domains LIST      Allowed domains that are spliced, not inspected (certificate pinning)
-  --upstream-ca FILE          Extra CA (PEM) trusted for upstream servers (also: DENO_CERT)
+  --allow-urls LIST           URL patterns, with --ssl-bump only: https://host/path/* (* within
+                              one segment), https://host/path/** (everything below); a host
+                              named by a pattern must be allowed, and is held to its patterns
+  --no-bump-domains LIST      Allowed domains (as --allow-domains) spliced, not inspected
+                              (for programs that pin certificates)
+  --upstream-ca FILE          Extra CA (PEM) forgekit trusts for upstream servers, with
+                              --ssl-bump only (also: DENO_CERT)
 Logs and sandbox:
   --log-level LEVEL           debug, info, warn or error (default info)
   --log-dir DIR               Where access.log goes (default /tmp/fw-logs-<timestamp>-<random>/)
@@ -126,6 +134,10 @@ export async function runFirewall(argv: string[]): Promise<number> {
     // A path names one file: say what is wrong with it.
     let what = "command not found";
     let hint = "check the command name and PATH";
+    // A file in this directory: the shell would not find it on PATH either.
+    if (!command[0].includes("/") && isFile(command[0])) {
+      hint = `to run the file in this directory, write ./${command[0]}`;
+    }
     if (command[0].includes("/")) {
       try {
         const st = Deno.statSync(command[0]);
@@ -143,22 +155,24 @@ export async function runFirewall(argv: string[]): Promise<number> {
     );
   }
 
-  const allowRaw = (values["allow-domains"] ?? []).flatMap(splitList);
+  const allow = checkDomains((values["allow-domains"] ?? []).flatMap(splitList), "--allow-domains");
   for (const file of values["allow-domains-file"] ?? []) {
     let text: string;
     try {
       text = Deno.readTextFileSync(file);
     } catch (err) {
-      throw usageError(`Cannot read --allow-domains-file ${file}`, "check the path", err);
+      throw usageError(
+        `Cannot read --allow-domains-file ${file}: ${fsProblem(err)}`,
+        "check the path",
+      );
     }
-    allowRaw.push(...splitDomainText(text));
+    allow.push(...checkDomains(splitDomainText(text), `--allow-domains-file ${file}`));
   }
-  const allow = validateDomains(allowRaw, "--allow-domains");
-  const block = validateDomains(
+  const block = checkDomains(
     (values["block-domains"] ?? []).flatMap(splitList),
     "--block-domains",
   );
-  const noBump = validateDomains(
+  const noBump = checkDomains(
     (values["no-bump-domains"] ?? []).flatMap(splitList),
     "--no-bump-domains",
   );
@@ -176,13 +190,24 @@ export async function runFirewall(argv: string[]): Promise<number> {
     );
   }
   if (noBump.length && !values["ssl-bump"]) {
-    throw usageError("--no-bump-domains needs --ssl-bump", "add --ssl-bump");
+    throw usageError(
+      "--no-bump-domains needs --ssl-bump: without it no domain is inspected",
+      "add --ssl-bump, or drop --no-bump-domains",
+    );
   }
+  if ((values["upstream-ca"] ?? []).length && !values["ssl-bump"]) {
+    throw usageError(
+      "--upstream-ca needs --ssl-bump: without it forgekit opens no TLS connection of its own " +
+        "(COMMAND verifies servers itself)",
+      "add --ssl-bump, or drop --upstream-ca",
+    );
+  }
+  // Spliced only where allowed: an entry must name at least one allowed host.
   for (const d of noBump) {
-    if (!allow.some((a) => domainMatches(a, d.replace(/^\*\./, "x.")))) {
+    if (!allow.some((a) => domainsOverlap(a, d))) {
       throw usageError(
-        `--no-bump-domains: ${d} is not an allowed domain`,
-        `add it to --allow-domains too`,
+        `--no-bump-domains: ${d} is not an allowed domain, so there is nothing to splice`,
+        `add it to --allow-domains too, or drop it`,
       );
     }
   }
@@ -205,20 +230,36 @@ export async function runFirewall(argv: string[]): Promise<number> {
       "drop the port: https://HOST/PATH is port 443",
     );
   }
+  // A pattern for a host the domain policy refuses could never match.
+  for (const p of patterns) {
+    const refused = unreachableHost(p, { allow, block });
+    if (refused) {
+      throw usageError(
+        `--allow-urls ${p.source} names ${p.host}, but ${refused.why}, so it could never match`,
+        refused.hint,
+      );
+    }
+  }
+  // Only forgekit's own TLS connections (with --ssl-bump) use them: DENO_CERT,
+  // which may be set for other programs, is not read otherwise.
   const upstreamCaCerts: string[] = [];
+  const denoCert = values["ssl-bump"] ? Deno.env.get("DENO_CERT") : undefined;
   for (
     const [option, f] of [
       ...(values["upstream-ca"] ?? []).map((f) => ["--upstream-ca", f]),
-      ...(Deno.env.get("DENO_CERT") ? [["DENO_CERT", Deno.env.get("DENO_CERT")!]] : []),
+      ...(denoCert ? [["DENO_CERT", denoCert]] : []),
     ]
   ) {
     let pem: string;
     try {
       pem = Deno.readTextFileSync(f);
     } catch (err) {
-      throw usageError(`Cannot read CA file ${f}`, "check --upstream-ca / DENO_CERT", err);
+      throw usageError(
+        `Cannot read ${option} ${f}: ${fsProblem(err)}`,
+        option === "DENO_CERT" ? "point DENO_CERT at a PEM file, or unset it" : "check the path",
+      );
     }
-    if (values["ssl-bump"] && !pem.includes("-----BEGIN CERTIFICATE-----")) {
+    if (!pem.includes("-----BEGIN CERTIFICATE-----")) {
       throw usageError(
         `${option} ${f} has no PEM certificate`,
         "give a file with -----BEGIN CERTIFICATE----- blocks",
@@ -228,6 +269,8 @@ export async function runFirewall(argv: string[]): Promise<number> {
   }
   // The invoking environment's proxy (a corporate one), read and checked before anything starts.
   const upstream = proxyEnv();
+  // So are the sandbox's tools: a run that cannot start leaves no log directory behind.
+  if (values["no-sandbox"] !== true) checkSandboxTools();
 
   const info = (line: string) => {
     if (level === "debug" || level === "info") console.error(line);
@@ -240,7 +283,13 @@ export async function runFirewall(argv: string[]): Promise<number> {
     try {
       Deno.mkdirSync(logDir, { recursive: true, mode: 0o700 });
     } catch (err) {
-      throw usageError(`Cannot create --log-dir ${logDir}`, "check the path and permissions", err);
+      if (err instanceof Deno.errors.AlreadyExists) {
+        throw usageError(`--log-dir ${logDir} is not a directory`, "name a directory");
+      }
+      throw usageError(
+        `Cannot create --log-dir ${logDir}: ${fsProblem(err)}`,
+        "check the path and permissions",
+      );
     }
   }
   let log: AccessLog;
@@ -248,9 +297,8 @@ export async function runFirewall(argv: string[]): Promise<number> {
     log = new AccessLog(join(logDir, "access.log"), debug);
   } catch (err) {
     throw usageError(
-      `Cannot open ${join(logDir, "access.log")}: ${(err as Error).message}`,
+      `Cannot open the access log: ${(err as Error).message}`,
       "remove it or choose another --log-dir",
-      err,
     );
   }
   const session = createSession();
@@ -342,7 +390,8 @@ export async function runFirewall(argv: string[]): Promise<number> {
         command: command[0],
         args: command.slice(1),
         env: Deno.env.toObject(),
-        extraEnv: caEnv,
+        // COMMAND's only: the forgekit inside runs as root, with root's HOME (and Deno cache).
+        extraEnv: { ...(sudoUid ? sudoUserEnv(Number(sudoUid)) : {}), ...caEnv },
         bindFiles: bump
           ? [
             { source: bump.trustBundlePath, target: bundleInSandbox },
@@ -373,8 +422,13 @@ export async function runFirewall(argv: string[]): Promise<number> {
     await Promise.race([serving, new Promise((r) => setTimeout(r, 2000))]);
     log.close();
     for (const [sig, h] of onSignals) Deno.removeSignalListener(sig, h);
-    const summary = log.blocked.summary(allow);
-    if (summary && level !== "error") console.error(summary);
-    info(`forgekit firewall: access log ${log.path}`);
+    const summary = [log.blocked.summary(allow), log.failed.summary()].filter((s) => s !== null);
+    if (summary.length && level !== "error") {
+      // The summary points at the access log: it names it at every level that prints it.
+      console.error(summary.join("\n"));
+      console.error(`forgekit firewall: access log ${log.path}`);
+    } else {
+      info(`forgekit firewall: access log ${log.path}`);
+    }
   }
 }

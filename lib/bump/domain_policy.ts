@@ -88,3 +88,14 @@ function isLocalAddress(address: string): boolean {
   }
   return a === "::1" || a === "::" || /^fe[89ab][0-9a-f]:/.test(a);
 }
+
+/**
+ * Whether two domain entries (`a.com`: it and its subdomains, `*.a.com`:
+ * subdomains only, or an IP address) share a host: exactly when one of
+ * them holds the other's base name or a subdomain of it.
+ */
+export function domainsOverlap(a: string, b: string): boolean {
+  if (isIpLiteral(a) || isIpLiteral(b)) return a === b;
+  const candidates = [a, b].map((d) => d.replace(/^\*\./, "")).flatMap((h) => [h, `x.${h}`]);
+  return candidates.some((h) => domainMatches(a, h) && domainMatches(b, h));
+}

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { CliError } from "../cli/mod.ts";
-import { addressProblem, decide } from "./domain_policy.ts";
+import { addressProblem, decide, domainsOverlap } from "./domain_policy.ts";
 import { isDialable, validateDomains } from "./host_validation.ts";
 
 Deno.test("decide() applies allow, wildcard, block, IP-literal and port rules", () => {
@@ -150,4 +150,23 @@ Deno.test("isDialable() takes host names and IP literals, nothing another parser
     ["", false],
   ];
   for (const [host, want] of cases) assert.equal(isDialable(host), want, JSON.stringify(host));
+});
+
+Deno.test("domainsOverlap() holds when the two entries share a host", () => {
+  const cases: [string, string, boolean][] = [
+    ["example.com", "example.com", true],
+    ["example.com", "*.example.com", true],
+    ["*.example.com", "example.com", true],
+    ["example.com", "api.example.com", true],
+    ["*.example.com", "api.example.com", true],
+    ["*.example.com", "*.api.example.com", true],
+    ["api.example.com", "git.example.com", false],
+    ["*.api.example.com", "git.example.com", false],
+    ["example.com", "example.org", false],
+    ["example.com", "badexample.com", false],
+    ["10.0.0.1", "10.0.0.1", true],
+    ["10.0.0.1", "10.0.0.2", false],
+    ["10.0.0.1", "example.com", false],
+  ];
+  for (const [a, b, want] of cases) assert.equal(domainsOverlap(a, b), want, `${a} ${b}`);
 });

@@ -136,3 +136,37 @@ export function splitDomainText(text: string): string[] {
   )
     .filter((s) => s !== "");
 }
+
+/**
+ * Validates the entries of a domain option (`what` names it, or the file
+ * they came from). A URL or a host with a port, which people paste into
+ * these lists, is named as such, with the entry to write instead.
+ */
+export function checkDomains(entries: string[], what: string): string[] {
+  for (const entry of entries) {
+    const e = entry.trim();
+    if (/^[a-z][a-z0-9+.-]*:\/\//i.test(e)) {
+      let host = "";
+      let path = "";
+      try {
+        const url = new URL(e);
+        [host, path] = [normalizeDomain(url.hostname), url.pathname];
+      } catch { /* no host to suggest */ }
+      const write = host !== "" && domainProblem(host) === null
+        ? `write the host name only: ${host}`
+        : "write a host name only, e.g. github.com";
+      throw usageError(
+        `${what}: ${JSON.stringify(entry)} is a URL, not a domain`,
+        path.length > 1 ? `${write}; paths are filtered with --ssl-bump --allow-urls` : write,
+      );
+    }
+    const port = /^([^:\[\]]+):(\d+)$/.exec(e);
+    if (port && domainProblem(port[1]) === null) {
+      throw usageError(
+        `${what}: ${JSON.stringify(entry)} has a port`,
+        `write ${port[1]}: every allowed domain is reached on ports 80 and 443 only`,
+      );
+    }
+  }
+  return validateDomains(entries, what);
+}

@@ -6,7 +6,7 @@
 import { type AccessLog, type AccessLogEntry, logTime } from "./access_log.ts";
 import { MAX_HELLO, parseClientHello } from "./client_hello.ts";
 import { decide, type Decision, type DomainPolicy } from "./domain_policy.ts";
-import { isDialable, normalizeDomain } from "./host_validation.ts";
+import { isDialable, isIpLiteral, normalizeDomain } from "./host_validation.ts";
 import {
   errorResponse,
   fieldTokens,
@@ -56,14 +56,20 @@ const enc = new TextEncoder();
 const dec = new TextDecoder();
 const HELLO_TIMEOUT_MS = 10_000;
 
-const ALLOW_HINT: Record<string, string> = {
-  "domain-policy": "add it to --allow-domains (and remove it from --block-domains)",
-  "ip-literal": "add the address to --allow-domains",
-  port: "only ports 80 and 443 are allowed",
-};
+/** What a 403's body says would allow the host (`d.rule` says what blocked it). */
+function allowHint(d: Decision): string {
+  if (d.rule.startsWith("block-domains:")) {
+    return `${
+      d.rule.slice("block-domains:".length)
+    } is in --block-domains, which wins over --allow-domains`;
+  }
+  if (d.reason === "ip-literal") return "add the address to --allow-domains";
+  if (d.reason === "port") return "only ports 80 and 443 are allowed";
+  return "add it to --allow-domains";
+}
 
 function blockResponse(host: string, d: Decision): Uint8Array {
-  const body = `forgekit firewall blocked ${host}: ${d.rule} (${ALLOW_HINT[d.reason!]})\n`;
+  const body = `forgekit firewall blocked ${host}: ${d.rule} (${allowHint(d)})\n`;
   return errorResponse(403, "Forbidden", body, `blocked-by-${d.reason}`);
 }
 
@@ -209,6 +215,15 @@ export async function handleClient(conn: ByteConn, opts: ProxyOptions): Promise<
   if (method === "CONNECT") {
     const at = parseAuthority(target);
     if (!at || !isDialable(normalizeDomain(at.host))) {
+      entry({
+        method,
+        host: at ? normalizeDomain(at.host) : target,
+        port: at?.port ?? 0,
+        decision: "blocked",
+        rule: "bad-request",
+        status: 400,
+        reason: "the CONNECT target is not host:port with a host name or IP address",
+      });
       return await refuse(
         conn,
         errorResponse(
@@ -238,7 +253,10 @@ export async function handleClient(conn: ByteConn, opts: ProxyOptions): Promise<
     bump?.prepare(host, at.port);
     const hello = await readHello(conn, got.rest);
     const sni = hello.sni === null ? null : normalizeDomain(hello.sni);
-    if (sni !== host) {
+    // A client sends no SNI for an IP address (RFC 6066 §3): to an allowed
+    // address, a ClientHello without one is what is expected.
+    const sniless = sni === null && hello.error === undefined && isIpLiteral(host);
+    if (sni !== host && !sniless) {
       entry({
         method,
         host,

@@ -135,17 +135,11 @@ const TOOLS = {
 };
 
 /**
- * Runs the spec in new namespaces and resolves to COMMAND's exit code.
- * SIGINT, SIGTERM and SIGHUP are passed on. `listen` starts the proxy on
- * `spec.socketPath` once the sandbox's process exists: what is open then
- * is inherited (a node:net Unix listener is not close-on-exec), and the
- * proxy's socket must not reach COMMAND. COMMAND starts once the proxy
- * answers.
+ * Throws a usage error (exit 2) when the sandbox cannot be made here: not
+ * Linux, or one of its commands is missing. Checked before anything of a
+ * run (its log directory, its session) is made.
  */
-export async function runSandboxed(
-  spec: SandboxSpec,
-  listen: () => Promise<unknown>,
-): Promise<number> {
+export function checkSandboxTools(): void {
   if (Deno.build.os !== "linux") {
     throw new CliError(`The sandbox needs Linux namespaces; this is ${Deno.build.os}`, {
       hint: "use --no-sandbox (a program can then bypass the filter)",
@@ -160,6 +154,21 @@ export async function runSandboxed(
       });
     }
   }
+}
+
+/**
+ * Runs the spec in new namespaces and resolves to COMMAND's exit code.
+ * SIGINT, SIGTERM and SIGHUP are passed on. `listen` starts the proxy on
+ * `spec.socketPath` once the sandbox's process exists: what is open then
+ * is inherited (a node:net Unix listener is not close-on-exec), and the
+ * proxy's socket must not reach COMMAND. COMMAND starts once the proxy
+ * answers.
+ */
+export async function runSandboxed(
+  spec: SandboxSpec,
+  listen: () => Promise<unknown>,
+): Promise<number> {
+  checkSandboxTools();
   const env = Object.fromEntries(Object.entries(spec.env).filter(([k]) => !isProxyVar(k)));
   const specPath = join(spec.sessionDir, "sandbox.json");
   const written = { ...spec, env, outside: mountNamespace() };
@@ -170,8 +179,17 @@ export async function runSandboxed(
   // only, which passes it on once. In the terminal's process group, the
   // forgekit inside would get it too, pass it on twice, and end with the
   // signal instead of COMMAND's status when the second came after COMMAND.
-  const child = new Deno.Command("setsid", {
+  // setpriv --pdeathsig: should forgekit itself be killed (SIGKILL, a
+  // crash), unshare is killed too, and with it (--kill-child) the
+  // namespace's init and every process in the sandbox, instead of COMMAND
+  // running on with no proxy behind its relay. setpriv and setsid exec in
+  // place, so the setting reaches unshare.
+  const child = new Deno.Command("setpriv", {
     args: [
+      "--pdeathsig",
+      "KILL",
+      "--",
+      "setsid",
       "--wait",
       "unshare",
       ...(rootless ? ["--user", "--map-root-user"] : []),
@@ -489,4 +507,28 @@ export async function sandboxInit(specPath: string): Promise<number> {
   const status = await child.status;
   relay.stop();
   return exitCodeOf(status);
+}
+
+/**
+ * The environment of the user sudo was invoked by (HOME, USER, LOGNAME),
+ * for a COMMAND that runs as that user: sudo sets them to root's, where
+ * the user can write nothing (npm's cache in /root/.npm, git's
+ * configuration). Empty when the user is not in the passwd database.
+ */
+export function sudoUserEnv(uid: number): Record<string, string> {
+  let line = "";
+  try {
+    const out = new Deno.Command("getent", { args: ["passwd", String(uid)], stderr: "null" })
+      .outputSync();
+    line = new TextDecoder().decode(out.stdout).split("\n")[0];
+  } catch { /* no getent: /etc/passwd below */ }
+  if (line === "") {
+    try {
+      line = Deno.readTextFileSync("/etc/passwd").split("\n")
+        .find((l) => l.split(":")[2] === String(uid)) ?? "";
+    } catch { /* no passwd file */ }
+  }
+  const [name, , id, , , home] = line.split(":");
+  if (!name || id !== String(uid) || !home) return {};
+  return { HOME: home, USER: name, LOGNAME: name };
 }

@@ -40,7 +40,17 @@ export function proxyEnv(
         err,
       );
     }
-    if (u.protocol !== "http:" && u.protocol !== "https:") {
+    // An https:// proxy is one spoken to over TLS (as curl and Python do):
+    // forgekit speaks plain HTTP to its proxy, which would send that
+    // proxy's password in clear text where the URL asked for TLS.
+    if (u.protocol === "https:") {
+      throw usageError(
+        `${name} names an HTTPS proxy (https://${u.host}); forgekit speaks plain HTTP to ` +
+          "its upstream proxy and does not connect to one over TLS",
+        `if that proxy takes plain HTTP, set ${name} to http://${u.host}; otherwise unset it`,
+      );
+    }
+    if (u.protocol !== "http:") {
       throw usageError(
         `${name} names a ${u.protocol.slice(0, -1)} proxy (${u.protocol}//${u.host}); ` +
           "forgekit chains through HTTP proxies only",

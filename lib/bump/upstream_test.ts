@@ -33,6 +33,11 @@ Deno.test("proxyEnv() reads either case, adds http:// and refuses what is not an
       { HTTPS_PROXY: "socks5://u:SECRETSECRET@socks.corp:1080" },
       /^HTTPS_PROXY names a socks5 proxy \(socks5:\/\/socks\.corp:1080\); forgekit chains through HTTP proxies only$/,
     ],
+    // Plain HTTP to a proxy the URL says to reach over TLS would send its password in clear.
+    [
+      { HTTPS_PROXY: "https://u:SECRETSECRET@proxy.corp:3128" },
+      /^HTTPS_PROXY names an HTTPS proxy \(https:\/\/proxy\.corp:3128\); forgekit speaks plain HTTP to its upstream proxy and does not connect to one over TLS$/,
+    ],
     [{ http_proxy: "http://u:SECRETSECRET@[bad" }, /^http_proxy is not a proxy URL$/],
   ];
   for (const [vars, want] of refused) {

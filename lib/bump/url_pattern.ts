@@ -5,7 +5,7 @@
  * @module
  */
 import { usageError } from "../cli/mod.ts";
-import { domainMatches } from "./domain_policy.ts";
+import { decide, domainMatches, type DomainPolicy, domainsOverlap } from "./domain_policy.ts";
 
 /** A validated `--allow-urls` pattern. */
 export interface UrlPattern {
@@ -123,8 +123,17 @@ export function parseUrlPattern(text: string): UrlPattern {
     throw usageError('URL pattern is empty (got: "")', `write ${EXAMPLE}`);
   }
   if (!/^https:\/\//i.test(text)) {
+    // No scheme at all (`github.com/myorg/**`): the pattern meant is the same with https://.
+    const scheme = /^([a-z][a-z0-9+.-]*):\/\//i.exec(text);
+    const rest = scheme ? text.slice(scheme[0].length) : text;
+    const meant = /^[a-z0-9*][a-z0-9.*-]*(:\d+)?\//i.test(rest) ? `https://${rest}` : null;
+    const write = meant ? `write ${meant}` : `write ${EXAMPLE.slice("e.g. ".length)}`;
     throw usageError(
       `URL patterns must start with https:// (got: ${text}); use --allow-domains for domain-level filtering`,
+      scheme?.[1].toLowerCase() === "http"
+        ? `or ${write}: patterns match HTTPS requests only, and plain http:// to a host they ` +
+          "name is blocked"
+        : `or ${write}`,
     );
   }
   const rest = text.slice("https://".length);
@@ -300,7 +309,15 @@ export function decideUrl(patterns: UrlPattern[], req: UrlRequest): UrlDecision 
  */
 export function urlBlockMessage(url: string, host: string, d: UrlDecision): string {
   const list = d.hostPatterns.map((p) => p.source).join(", ");
-  const why = d.normalisedPath === null ? " (the path cannot be normalised safely)" : "";
+  let why = "";
+  if (d.normalisedPath === null) why = " (the path cannot be normalised safely)";
+  else if (/^http:/i.test(url)) {
+    why = " (patterns match https:// only: plain HTTP to this host is blocked)";
+  } else {
+    // What was matched, when it is not what the client wrote (`/a/../b` is `/b`).
+    const raw = /^[a-z]+:\/\/[^/?]*([^?]*)/i.exec(url)?.[1] ?? "";
+    if (raw !== "" && raw !== d.normalisedPath) why = ` (its path reads as ${d.normalisedPath})`;
+  }
   return `Blocked by forgekit: ${url} matches no --allow-urls pattern for ${host}${why}; ` +
     `patterns for this host: ${list}\n`;
 }
@@ -332,4 +349,35 @@ export function splicedPattern(
     }
   }
   return null;
+}
+
+/**
+ * Why a URL pattern's host could never be reached, with the fix, or null:
+ * no `--allow-domains` entry allows it, or `--block-domains` blocks it (the
+ * domain policy decides before any pattern is looked at).
+ */
+export function unreachableHost(
+  p: UrlPattern,
+  policy: DomainPolicy,
+): { why: string; hint: string } | null {
+  let blocked: string | undefined;
+  if (p.host.startsWith("*.")) {
+    // `*.x.com` names only subdomains of x.com: all blocked when an entry covers x.com's.
+    const base = p.host.slice(2);
+    blocked = policy.block.find((b) => domainMatches(b.replace(/^\*\./, ""), base));
+    if (!blocked && policy.allow.some((a) => domainsOverlap(a, p.host))) return null;
+  } else {
+    const d = decide(policy, p.host, p.port);
+    if (d.allowed) return null;
+    if (d.rule.startsWith("block-domains:")) blocked = d.rule.slice("block-domains:".length);
+  }
+  return blocked
+    ? {
+      why: `--block-domains ${blocked} blocks it`,
+      hint: `drop ${blocked} from --block-domains, or drop the pattern`,
+    }
+    : {
+      why: "--allow-domains does not allow it",
+      hint: `add ${p.host} to --allow-domains, or drop the pattern`,
+    };
 }

@@ -7,6 +7,7 @@ import {
   parseUrlPattern,
   parseUrlPatterns,
   splicedPattern,
+  urlBlockMessage,
 } from "./url_pattern.ts";
 
 Deno.test("normalisePath() resolves dots, decodes unreserved escapes and keeps %2F", () => {
@@ -44,7 +45,7 @@ Deno.test("parseUrlPattern() rejects bad patterns with a message that shows a go
   const cases: [string, RegExp][] = [
     [
       "http://x.com/y",
-      /^URL patterns must start with https:\/\/ \(got: http:\/\/x.com\/y\); use --allow-domains/,
+      /^URL patterns must start with https:\/\/ \(got: http:\/\/x.com\/y\); use --allow-domains for domain-level filtering$/,
     ],
     ["x.com/y", /must start with https:\/\//],
     ["https://github.com", /no path \(got: https:\/\/github.com\)/],
@@ -310,4 +311,68 @@ Deno.test("splicedPattern() finds a pattern whose host --no-bump-domains would s
     const got = splicedPattern(parseUrlPatterns([pattern]), [entry]);
     assert.equal(got !== null, want, `${pattern} / ${entry}`);
   }
+});
+
+Deno.test("a pattern without https:// is refused with the pattern that was meant", () => {
+  const refusal = (text: string) => {
+    try {
+      parseUrlPattern(text);
+    } catch (err) {
+      assert.ok(err instanceof CliError);
+      assert.equal(err.exitCode, 2);
+      return [err.message, err.hint];
+    }
+    assert.fail(`${text} was accepted`);
+  };
+  assert.deepEqual(refusal("github.com/myorg/**"), [
+    "URL patterns must start with https:// (got: github.com/myorg/**); use --allow-domains for domain-level filtering",
+    "or write https://github.com/myorg/**",
+  ]);
+  assert.deepEqual(refusal("*.example.com/v1/**"), [
+    "URL patterns must start with https:// (got: *.example.com/v1/**); use --allow-domains for domain-level filtering",
+    "or write https://*.example.com/v1/**",
+  ]);
+  assert.deepEqual(refusal("http://x.com/y"), [
+    "URL patterns must start with https:// (got: http://x.com/y); use --allow-domains for domain-level filtering",
+    "or write https://x.com/y: patterns match HTTPS requests only, and plain http:// to a host " +
+    "they name is blocked",
+  ]);
+  // Nothing to repair: a good example instead.
+  assert.deepEqual(refusal("https:/a.com/x"), [
+    "URL patterns must start with https:// (got: https:/a.com/x); use --allow-domains for domain-level filtering",
+    "or write https://github.com/myorg/*",
+  ]);
+});
+
+Deno.test("urlBlockMessage() says how the path was read, and that plain HTTP matches no pattern", () => {
+  const patterns = parseUrlPatterns(["https://x.com/a/**"]);
+  const message = (url: string) => {
+    const u = new URL(url);
+    const d = decideUrl(patterns, {
+      scheme: u.protocol === "http:" ? "http" : "https",
+      host: "x.com",
+      port: u.protocol === "http:" ? 80 : 443,
+      path: /^[a-z]+:\/\/[^/]*([^?]*)/.exec(url)![1],
+      query: "",
+    });
+    assert.equal(d.allowed, false, url);
+    return urlBlockMessage(url, "x.com", d);
+  };
+  assert.equal(
+    message("https://x.com/a/../b"),
+    "Blocked by forgekit: https://x.com/a/../b matches no --allow-urls pattern for x.com " +
+      "(its path reads as /b); patterns for this host: https://x.com/a/**\n",
+  );
+  assert.equal(
+    message("https://x.com/b"),
+    "Blocked by forgekit: https://x.com/b matches no --allow-urls pattern for x.com; " +
+      "patterns for this host: https://x.com/a/**\n",
+  );
+  assert.equal(
+    message("http://x.com/a/1"),
+    "Blocked by forgekit: http://x.com/a/1 matches no --allow-urls pattern for x.com " +
+      "(patterns match https:// only: plain HTTP to this host is blocked); " +
+      "patterns for this host: https://x.com/a/**\n",
+  );
+  assert.match(message("https://x.com/a/%5c"), /\(the path cannot be normalised safely\)/);
 });

@@ -93,3 +93,12 @@ export function formatError(err: unknown): string {
 export function exitCodeOf(err: unknown): number {
   return err instanceof CliError ? err.exitCode : EXIT_FAILURE;
 }
+
+/** What went wrong reading or creating a path, without the system's error codes. */
+export function fsProblem(err: unknown): string {
+  if (err instanceof Deno.errors.NotFound) return "no such file or directory";
+  if (err instanceof Deno.errors.PermissionDenied) return "permission denied";
+  if (err instanceof Deno.errors.IsADirectory) return "it is a directory";
+  const message = (err as Error).message ?? String(err);
+  return message.replace(/ \(os error \d+\).*$/, "").toLowerCase();
+}

@@ -61,3 +61,12 @@ export function findCommand(cmd: string, path = Deno.env.get("PATH") ?? ""): str
   }
   return null;
 }
+
+/** Whether `path` is a regular file (false when it cannot be read). */
+export function isFile(path: string): boolean {
+  try {
+    return Deno.statSync(path).isFile;
+  } catch {
+    return false;
+  }
+}
