@@ -469,6 +469,11 @@ Deno.test("an origin whose certificate no trusted root vouches for gets 502 upst
       "https://api.github.com/x",
     ]);
     assert.match(r.out, /\n502 upstream-error$/);
+    // The body says what to do about it.
+    assert.match(
+      r.out,
+      /^Upstream error for https:\/\/api\.github\.com\/x: .*certificate.* \(forgekit did not trust the server's certificate: for a private or corporate CA, pass --upstream-ca FILE \(PEM\)\)\n/,
+    );
     assert.deepEqual(origins.hits, []);
     await new Promise((r) => setTimeout(r, 100));
     assert.equal(front.logs[0]?.status, 502);

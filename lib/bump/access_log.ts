@@ -272,8 +272,13 @@ export class BlockedTally {
 
 /** How an allowed entry's `reason` starts when the request failed upstream. */
 const UPSTREAM_ERROR = "upstream error: ";
-/** A reason that says a server's certificate was not trusted. */
-const CERTIFICATE_PROBLEM = /certificate|UnknownIssuer|self[- ]signed|unable to verify/i;
+/** What forgekit says to do about an upstream server's certificate it did not trust. */
+export const UPSTREAM_CA_HINT = "for a private or corporate CA, pass --upstream-ca FILE (PEM)";
+
+/** Whether an upstream error says a server's certificate was not trusted. */
+export function untrustedCertificate(message: string): boolean {
+  return /certificate|UnknownIssuer|self[- ]signed|unable to verify/i.test(message);
+}
 
 /**
  * What the end-of-run summary says about allowed traffic that failed
@@ -292,7 +297,7 @@ export class FailedTally {
   add(e: AccessLogEntry): void {
     if (e.decision !== "allowed" || !e.reason?.startsWith(UPSTREAM_ERROR)) return;
     const reason = e.reason.slice(UPSTREAM_ERROR.length);
-    if (CERTIFICATE_PROBLEM.test(reason)) this.#certificate = true;
+    if (untrustedCertificate(reason)) this.#certificate = true;
     const seen = this.#perHost.get(e.host);
     if (seen) {
       seen.count++;
@@ -322,8 +327,7 @@ export class FailedTally {
     }
     if (this.#certificate) {
       lines.push(
-        "  forgekit did not trust a server's certificate: for a private or corporate CA, " +
-          "pass --upstream-ca FILE (PEM)",
+        `  forgekit did not trust a server's certificate: ${UPSTREAM_CA_HINT}`,
       );
     }
     return lines.join("\n");

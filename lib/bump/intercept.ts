@@ -20,7 +20,12 @@ import { LeafCache } from "./leaf_cache.ts";
 import type { Leaf } from "./ca.ts";
 import { decideUrl, urlBlockMessage, type UrlPattern } from "./url_pattern.ts";
 import { type ByteConn, closeQuietly } from "./conn_io.ts";
-import { type AccessLogEntry, logTime } from "./access_log.ts";
+import {
+  type AccessLogEntry,
+  logTime,
+  untrustedCertificate,
+  UPSTREAM_CA_HINT,
+} from "./access_log.ts";
 import { type OriginClient, type OriginResponse, RequestCancelled } from "./origin_client.ts";
 import { NodeConn } from "./node_conn.ts";
 import { SocketIo } from "./socket_io.ts";
@@ -282,7 +287,6 @@ export class Interceptor {
       this.#opts.log(
         entry("blocked", "host-mismatch", 403, { reason: `authority ${raw.authority}` }),
       );
-      this.#opts.debug?.(`ssl-bump: block ${sentUrl}: authority "${raw.authority}"`);
       return ownReply(
         403,
         "Forbidden",
@@ -302,7 +306,6 @@ export class Interceptor {
       this.#opts.log(entry("blocked", decision.rule, 403, {
         reason: decision.normalisedPath === null ? "unsafe path" : undefined,
       }));
-      this.#opts.debug?.(`ssl-bump: block ${sentUrl}: ${decision.rule}`);
       return ownReply(
         403,
         "Forbidden",
@@ -310,7 +313,9 @@ export class Interceptor {
         "blocked-by-url-policy",
       );
     }
-    this.#opts.debug?.(`ssl-bump: allow ${sentUrl}: ${decision.rule}`);
+    // A blocked request's access-log line is printed at once (debug); an
+    // allowed one's only once it ends, so its decision is printed now.
+    this.#opts.debug?.(`ssl-bump: allow ${sentUrl}: ${decision.rule} (sent to the origin)`);
     return {
       // Forward what was decided on: the normalised path.
       target: `${decision.normalisedPath ?? raw.path}${raw.query === "" ? "" : `?${raw.query}`}`,
@@ -385,10 +390,13 @@ export class Interceptor {
       reason: `upstream error: ${message}`,
       bytes_out: bytesOut,
     }));
+    const hint = untrustedCertificate(message)
+      ? ` (forgekit did not trust the server's certificate: ${UPSTREAM_CA_HINT})`
+      : "";
     return ownReply(
       502,
       "Bad Gateway",
-      `Upstream error for ${allowed.sentUrl}: ${message}\n`,
+      `Upstream error for ${allowed.sentUrl}: ${message}${hint}\n`,
       "upstream-error",
     );
   }

@@ -29,16 +29,28 @@ function alive(pid: number): boolean {
   }
 }
 
-/** Removes `fw-*` session directories whose process is gone. Returns how many. */
+/**
+ * Removes `fw-*` session directories whose process is gone. Returns how
+ * many. Only directories this user owns with a pid file, as
+ * {@linkcode createSession} makes them, are taken for sessions: another
+ * user's, or a directory of the same form that holds no pid file (a
+ * `--log-dir` named like one), are left alone.
+ */
 export function removeStaleSessions(root = SESSION_ROOT): number {
   let removed = 0;
+  const uid = Deno.uid();
   for (const e of Deno.readDirSync(root)) {
     if (!e.isDirectory || !/^fw-\d{8}-\d{6}-[0-9a-f]+$/.test(e.name)) continue;
     const dir = join(root, e.name);
     let pid = NaN;
     try {
-      pid = Number(Deno.readTextFileSync(join(dir, "pid")).trim());
-    } catch { /* no pid file: a run that died while starting */ }
+      if (Deno.lstatSync(dir).uid !== uid) continue;
+      const file = join(dir, "pid");
+      if (!Deno.lstatSync(file).isFile) continue;
+      pid = Number(Deno.readTextFileSync(file).trim());
+    } catch {
+      continue; // no pid file: not a session (or one still being made)
+    }
     if (Number.isInteger(pid) && pid > 0 && alive(pid)) continue;
     try {
       Deno.removeSync(dir, { recursive: true });
