@@ -65,6 +65,7 @@ Deno.test(
         `echo "password $(grep -rls 'pw-cana[r]y' /tmp/fw-[0-9]*/ /proc/[0-9]*/environ 2>/dev/null | wc -l)"`,
         // Root inside is the invoking user outside: a user namespace.
         `echo "uid-map $(awk '{print $1, $2}' /proc/self/uid_map)"`,
+        `echo "home $HOME"`,
       ].join("; ");
       const [cmd, ...pre] = [...asUser, kit.deno];
       const out = await new Deno.Command(cmd, {
@@ -97,6 +98,10 @@ Deno.test(
           NO_COLOR: "1",
           HTTPS_PROXY: o.proxy.url.replace("http://", "http://user:pw-canary@"),
           HTTP_PROXY: o.proxy.url,
+          // As `sudo -u nobody forgekit …` sets them: the invoker, whom a
+          // sandbox in a user namespace cannot switch to. Ignored.
+          SUDO_UID: "1000",
+          SUDO_GID: "1000",
         },
         stdout: "piped",
         stderr: "piped",
@@ -111,6 +116,7 @@ Deno.test(
         "ssl 0 0",
         "password 0",
         `uid-map 0 ${Deno.uid() === 0 ? NOBODY : Deno.uid()}`,
+        `home ${join(kit.dir, "home")}`,
       ]);
       assert.match(stderr, /api\.example {2}1\n/, "the summary lists the blocked URL's host");
       assert.equal(

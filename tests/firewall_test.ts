@@ -307,6 +307,21 @@ Deno.test(
 );
 
 Deno.test(
+  "SUDO_UID without SUDO_GID is not taken for sudo: COMMAND is root, with root's HOME",
+  needsNamespaces,
+  async () => {
+    assertNamespaces();
+    const r = await firewall(
+      ["--allow-domains", "allowed.example"],
+      sh('id -u; echo "$HOME $USER $LOGNAME"'),
+      { SUDO_UID: "65534", HOME: "/root", USER: "root", LOGNAME: "root" },
+    );
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(r.stdout, "0\n/root root root\n");
+  },
+);
+
+Deno.test(
   "other runs' directories that come and go while the sandbox is set up do not stop it",
   needsNamespaces,
   async () => {

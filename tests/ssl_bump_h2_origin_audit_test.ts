@@ -185,6 +185,31 @@ originTest(
 );
 
 originTest(
+  "an origin that never answers the TLS handshake: an HTTP/1.1 client's request fails after the time limit",
+  async (f, client) => {
+    // Nobody gives up on it: only the time limit ends the handshake.
+    const p = client.request({
+      host: "api.github.com",
+      port: 443,
+      method: "GET",
+      target: "/allowed/x",
+      headers: [],
+      body: null,
+    });
+    p.catch(() => {});
+    await f.until((e) => e.some((x) => x.ev === "accepted"), "the connection");
+    // Before: it waited as long as the origin did (for ever).
+    assert.equal(await within(p, 2000), "rejected");
+    await assert.rejects(p, /TLS handshake with api\.github\.com:443 took longer than 200 ms/);
+    await sleep(100);
+    assert.equal(client.openConnections, 0);
+  },
+  { stallTls: true },
+  4,
+  { warmTimeoutMs: 200 },
+);
+
+originTest(
   "an origin that floods frames carrying nothing is cut off: its requests in flight get 502, the next goes to a new connection",
   async (f) => {
     const te: [string, string][] = [["te", "trailers"]];

@@ -22,6 +22,7 @@ import {
   startH2Origin,
 } from "./support/h2_origin.ts";
 import { until } from "./support/until.ts";
+import { RawH1 } from "./support/raw_h1.ts";
 
 /** Without python3-h2 these tests cannot run (CI installs it: `.ci/run`). */
 const ignore = !hasH2Python();
@@ -165,6 +166,44 @@ originTest(
     } finally {
       await Deno.remove(body);
     }
+  },
+);
+
+originTest(
+  "an HTTP/1.1 client's Content-Length of repeated values goes to an HTTP/2 origin as one field; its CONNECT gets 405 and never reaches it",
+  async (f) => {
+    // HTTP/1.1 takes `5, 5` and a repeated field; HTTP/2 does not, and this
+    // origin (as Envoy) ends the whole connection, every client's streams on it.
+    const c = await RawH1.open(f);
+    try {
+      for (const length of ["Content-Length: 5, 5", "Content-Length: 005\r\nContent-Length: 005"]) {
+        await c.write(
+          `POST /allowed/echo HTTP/1.1\r\nHost: api.github.com\r\n${length}\r\n\r\nhello`,
+        );
+        const r = await c.response();
+        assert.equal(r.status, 200, r.text);
+        assert.equal(JSON.parse(r.text).length, 5);
+      }
+      await c.write("CONNECT /allowed/x HTTP/1.1\r\nHost: api.github.com\r\n\r\n");
+      const r = await c.response();
+      assert.equal(r.status, 405);
+      assert.equal(r.headers.get("x-proxy-error"), "connect-refused");
+      assert.ok(await c.closedByServer());
+    } finally {
+      c.close();
+    }
+    assert.deepEqual(
+      f.requests().map((e) => e.headers!.filter(([k]) => k === "content-length")),
+      [[["content-length", "5"]], [["content-length", "5"]]],
+    );
+    assert.deepEqual(f.events.filter((e) => e.ev === "error"), []);
+    assert.equal(new Set(f.requests().map((e) => e.conn)).size, 1);
+    await until("three log lines", () => f.logs.length === 3);
+    assert.deepEqual(f.logs.map((e) => [e.method, e.status, e.rule]), [
+      ["POST", 200, "url-pattern:https://api.github.com/allowed/*"],
+      ["POST", 200, "url-pattern:https://api.github.com/allowed/*"],
+      ["CONNECT", 405, "bad-request"],
+    ]);
   },
 );
 

@@ -24,6 +24,7 @@ import {
   runSandboxed,
   sandboxInit,
   type SandboxSpec,
+  sudoUser,
   sudoUserEnv,
 } from "./sandbox.ts";
 import { signalExitCode } from "../cli/signals.ts";
@@ -361,8 +362,7 @@ export async function runFirewall(argv: string[]): Promise<number> {
           .map((k) => [k, noSandbox ? bump!.trustBundlePath : bundleInSandbox]),
       )
       : {};
-    const sudoUid = Deno.env.get("SUDO_UID");
-    const sudoGid = Deno.env.get("SUDO_GID");
+    const sudo = sudoUser(Deno.uid(), Deno.env.toObject());
     let code: number;
     if (noSandbox) {
       console.error(
@@ -391,7 +391,7 @@ export async function runFirewall(argv: string[]): Promise<number> {
         args: command.slice(1),
         env: Deno.env.toObject(),
         // COMMAND's only: the forgekit inside runs as root, with root's HOME (and Deno cache).
-        extraEnv: { ...(sudoUid ? sudoUserEnv(Number(sudoUid)) : {}), ...caEnv },
+        extraEnv: { ...(sudo ? sudoUserEnv(sudo.uid) : {}), ...caEnv },
         bindFiles: bump
           ? [
             { source: bump.trustBundlePath, target: bundleInSandbox },
@@ -402,8 +402,8 @@ export async function runFirewall(argv: string[]): Promise<number> {
           ]
           : [],
         hideDirs: bump ? [bump.sslDir] : [],
-        uid: sudoUid ? Number(sudoUid) : null,
-        gid: sudoGid ? Number(sudoGid) : null,
+        uid: sudo?.uid ?? null,
+        gid: sudo?.gid ?? null,
       };
       code = await runSandboxed(spec, listen);
     }

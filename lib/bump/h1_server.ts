@@ -161,9 +161,15 @@ function requestBody(
 }
 
 /** Writes a final answer of the server's own and closes (the client's input is dropped). */
-async function refuse(io: SocketIo, status: number, reason: string, body: string): Promise<void> {
+async function refuse(
+  io: SocketIo,
+  status: number,
+  reason: string,
+  body: string,
+  proxyError?: string,
+): Promise<void> {
   try {
-    await io.write(errorResponse(status, reason, body));
+    await io.write(errorResponse(status, reason, body, proxyError));
   } catch {
     // the client went away
   }
@@ -269,6 +275,23 @@ async function exchange(
       await refuse(io, 400, "Bad Request", "Bad request: the Host field differs from the target\n");
       return false;
     }
+  }
+  // As on the HTTP/2 server: an origin spoken to over HTTP/2 would get a
+  // malformed request (a CONNECT has no :scheme or :path, RFC 9113 §8.5).
+  if (req.method === "CONNECT") {
+    refused(
+      `${req.method} ${req.target}\r\n`,
+      405,
+      "bad request: CONNECT inside a bumped connection",
+    );
+    await refuse(
+      io,
+      405,
+      "Method Not Allowed",
+      "CONNECT is not supported inside a bumped connection\n",
+      "connect-refused",
+    );
+    return false;
   }
   const connection = fieldTokens(req.headers, "connection");
   let keepAlive = req.version === "1.1"

@@ -69,11 +69,28 @@ interface ConnContext {
   port: number;
 }
 
-/** The request's end-to-end headers (names lower-case), as pairs for the origin. */
+/**
+ * The request's end-to-end headers (names lower-case), as pairs for the
+ * origin. Content-Length goes as one field of one number: HTTP/1.1 takes
+ * `5, 5` or a repeated field of the same value (the servers checked that
+ * they agree), HTTP/2 does not (RFC 9113 §8.1.1), and an origin may end the
+ * whole connection for it, with every other client's streams on it.
+ */
 function forwardHeaders(headers: Iterable<[string, string]>): [string, string][] {
   const all = [...headers];
   const listed = fieldTokens(all, "connection");
-  return all.filter(([k]) => k !== "host" && !HOP_BY_HOP.has(k) && !listed.includes(k));
+  const out: [string, string][] = [];
+  let length = false;
+  for (const field of all) {
+    const k = field[0];
+    if (k === "host" || HOP_BY_HOP.has(k) || listed.includes(k)) continue;
+    if (k !== "content-length") out.push(field);
+    else if (!length) {
+      length = true;
+      out.push([k, String(Number(field[1].split(",")[0].trim()))]);
+    }
+  }
+  return out;
 }
 
 /** Where a request goes once the policy allowed it. */

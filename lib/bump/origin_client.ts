@@ -538,20 +538,34 @@ export class OriginClient {
     const oc = await this.#connect(req.host, req.port, key, req.signal);
     let alpn: string | null = null;
     // An origin may never finish the handshake: a request given up closes
-    // the connection (its slot is freed).
+    // the connection (its slot is freed), and so does the time limit of
+    // connections opened ahead.
     const { signal } = req;
     const cancel = () => oc.close();
     signal?.addEventListener("abort", cancel);
+    let late = false;
+    const timer = setTimeout(() => {
+      late = true;
+      oc.close();
+    }, this.#opts.warmTimeoutMs ?? WARM_TIMEOUT_MS);
     try {
       alpn = (await oc.conn.handshake()).alpnProtocol;
     } catch {
       // Refused (an h2-only origin may answer no_application_protocol); tried again offering h2.
     } finally {
+      clearTimeout(timer);
       signal?.removeEventListener("abort", cancel);
     }
     if (signal?.aborted) {
       oc.close();
       throw whyAborted(signal, signal.reason);
+    }
+    if (late) {
+      throw new Error(
+        `the TLS handshake with ${req.host}:${req.port} took longer than ${
+          this.#opts.warmTimeoutMs ?? WARM_TIMEOUT_MS
+        } ms`,
+      );
     }
     this.#noteH1(key, alpn === "http/1.1");
     if (alpn === "http/1.1") return this.#requestH1(req, oc);

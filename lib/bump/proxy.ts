@@ -217,7 +217,8 @@ export async function handleClient(conn: ByteConn, opts: ProxyOptions): Promise<
     if (!at || !isDialable(normalizeDomain(at.host))) {
       entry({
         method,
-        host: at ? normalizeDomain(at.host) : target,
+        // Cut: the target may be as long as a request head.
+        host: (at ? normalizeDomain(at.host) : target).slice(0, 255),
         port: at?.port ?? 0,
         decision: "blocked",
         rule: "bad-request",

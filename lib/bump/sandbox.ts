@@ -510,6 +510,29 @@ export async function sandboxInit(specPath: string): Promise<number> {
 }
 
 /**
+ * The user COMMAND runs as when forgekit was invoked through sudo (from
+ * `SUDO_UID` and `SUDO_GID`), or null. Only for a forgekit running as root,
+ * and only with both numbers: run by another user (`sudo -u`), they name
+ * the invoker, whom a sandbox in a user namespace cannot switch to; with
+ * one missing, COMMAND would run as root with that user's HOME.
+ *
+ * @example
+ * ```ts
+ * sudoUser(0, { SUDO_UID: "1000", SUDO_GID: "1000" }); // { uid: 1000, gid: 1000 }
+ * sudoUser(0, { SUDO_UID: "1000" }); // null
+ * sudoUser(1000, { SUDO_UID: "1001", SUDO_GID: "1001" }); // null
+ * ```
+ */
+export function sudoUser(
+  uid: number | null,
+  env: Record<string, string | undefined>,
+): { uid: number; gid: number } | null {
+  const [u, g] = [env.SUDO_UID, env.SUDO_GID];
+  if (uid !== 0 || !/^\d{1,10}$/.test(u ?? "") || !/^\d{1,10}$/.test(g ?? "")) return null;
+  return { uid: Number(u), gid: Number(g) };
+}
+
+/**
  * The environment of the user sudo was invoked by (HOME, USER, LOGNAME),
  * for a COMMAND that runs as that user: sudo sets them to root's, where
  * the user can write nothing (npm's cache in /root/.npm, git's

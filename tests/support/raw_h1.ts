@@ -5,7 +5,7 @@
  * attempts) that no ordinary client would send.
  */
 import assert from "node:assert/strict";
-import type { BumpFixture } from "./bump.ts";
+import type { BumpFront } from "./bump.ts";
 import { concat } from "../../lib/bump/conn_io.ts";
 
 const enc = new TextEncoder();
@@ -28,7 +28,7 @@ export class RawH1 {
 
   /** `target`: the CONNECT target; `sni`: the name TLS asks for. */
   static async open(
-    f: BumpFixture,
+    f: BumpFront,
     { target = "api.github.com:443", sni = "api.github.com" } = {},
   ): Promise<RawH1> {
     const tcp = await Deno.connect({
