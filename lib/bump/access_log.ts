@@ -188,6 +188,9 @@ export const SUMMARY_HOSTS = 1000;
 /** The most characters of a blocked URL the summary keeps (a URL may be 64 KiB long). */
 export const SUMMARY_URL_LENGTH = 256;
 
+/** The longest host name a DNS name can be; longer ones are cut in summaries. */
+const MAX_HOST = 253;
+
 /**
  * What the end-of-run summary needs from the blocked entries, in bounded
  * memory however long the run: counts for up to {@linkcode SUMMARY_HOSTS}
@@ -207,27 +210,29 @@ export class BlockedTally {
   /** Counts an entry; allowed entries are ignored. */
   add(e: AccessLogEntry): void {
     if (e.decision !== "blocked") return;
-    const count = this.#perHost.get(e.host);
+    // A name no DNS holds (the workload's, up to a request head long) is cut.
+    const host = e.host.length > MAX_HOST ? `${e.host.slice(0, MAX_HOST)}…` : e.host;
+    const count = this.#perHost.get(host);
     if (count === undefined && this.#perHost.size >= SUMMARY_HOSTS) {
       this.#otherHosts++;
       return;
     }
-    this.#perHost.set(e.host, (count ?? 0) + 1);
+    this.#perHost.set(host, (count ?? 0) + 1);
     // Only names --allow-domains takes are suggested (an IP address is one):
     // the summary's line is meant to be pasted into a shell, and the
     // workload chose these hosts.
-    if ((e.rule === "no-rule" || e.rule === "ip-literal") && domainProblem(e.host) === null) {
-      this.#noRule.add(e.host);
+    if ((e.rule === "no-rule" || e.rule === "ip-literal") && domainProblem(host) === null) {
+      this.#noRule.add(host);
     }
     // Blocked for its port alone, the host may well be allowed: say so.
     if (e.rule.startsWith("port:")) {
-      let ports = this.#ports.get(e.host);
-      if (!ports) this.#ports.set(e.host, ports = new Set());
+      let ports = this.#ports.get(host);
+      if (!ports) this.#ports.set(host, ports = new Set());
       if (ports.size < SUMMARY_URLS_PER_HOST) ports.add(Number(e.rule.slice(5)));
     }
     if (e.url && e.rule.startsWith("url-")) {
-      let u = this.#urls.get(e.host);
-      if (!u) this.#urls.set(e.host, u = { shown: new Set(), more: 0 });
+      let u = this.#urls.get(host);
+      if (!u) this.#urls.set(host, u = { shown: new Set(), more: 0 });
       const url = e.url.length > SUMMARY_URL_LENGTH
         ? `${e.url.slice(0, SUMMARY_URL_LENGTH)}…`
         : e.url;

@@ -33,6 +33,16 @@ Deno.test("the summary is null when nothing was blocked", () => {
   assert.equal(t.summary(["example.com"]), null);
 });
 
+Deno.test("host names longer than DNS allows are cut in the summary: its memory stays bounded", () => {
+  const t = new BlockedTally();
+  const long = (c: string) => c.repeat(64 * 1024);
+  t.add(entry({ host: long("a"), rule: "bad-request" }));
+  t.add(entry({ host: long("a"), rule: "bad-request" }));
+  const summary = t.summary([])!;
+  assert.ok(summary.length < 1000, `${summary.length} characters`);
+  assert.match(summary, new RegExp(`^  ${"a".repeat(253)}…  2$`, "m"));
+});
+
 Deno.test("the summary counts per host (most first), suggests domains and lists URLs", () => {
   const t = new BlockedTally();
   t.add(entry({ host: "a.example" }));
