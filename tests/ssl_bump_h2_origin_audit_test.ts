@@ -13,6 +13,7 @@ import {
   type H2OriginFixture,
   type H2OriginOptions,
   originClientFor,
+  originGet,
   startH2Origin,
 } from "./support/h2_origin.ts";
 import type {
@@ -188,14 +189,7 @@ originTest(
   "an origin that never answers the TLS handshake: an HTTP/1.1 client's request fails after the time limit",
   async (f, client) => {
     // Nobody gives up on it: only the time limit ends the handshake.
-    const p = client.request({
-      host: "api.github.com",
-      port: 443,
-      method: "GET",
-      target: "/allowed/x",
-      headers: [],
-      body: null,
-    });
+    const p = client.request(originGet());
     p.catch(() => {});
     await f.until((e) => e.some((x) => x.ev === "accepted"), "the connection");
     // Before: it waited as long as the origin did (for ever).

@@ -19,6 +19,7 @@ import {
   type H2OriginFixture,
   type H2OriginOptions,
   originClientFor,
+  originGet,
   startH2Origin,
 } from "./support/h2_origin.ts";
 import { until } from "./support/until.ts";
@@ -488,15 +489,7 @@ originTest(
   async (f) => {
     const client = originClientFor(f, { idleMs: 300 });
     try {
-      const res = await client.request({
-        host: "api.github.com",
-        port: 443,
-        method: "GET",
-        target: "/allowed/x",
-        headers: [],
-        body: null,
-        http2: { te: true },
-      });
+      const res = await client.request(originGet({ http2: { te: true } }));
       assert.equal(res.status, 200);
       assert.equal(new TextDecoder().decode(res.body as Uint8Array), "origin /allowed/x\n");
       assert.equal(client.protocolOf("api.github.com", 443), "h2");
@@ -525,15 +518,7 @@ originTest(
       client.warmH2("api.github.com", 443);
       await new Promise((resolve) => setTimeout(resolve, 300));
       assert.equal(conns(), 0);
-      const res = await client.request({
-        host: "api.github.com",
-        port: 443,
-        method: "GET",
-        target: "/allowed/x",
-        headers: [],
-        body: null,
-        http2: { te: true },
-      });
+      const res = await client.request(originGet({ http2: { te: true } }));
       assert.equal(res.status, 200);
       assert.equal(conns(), 1);
       // One is kept: none more is opened.

@@ -9,7 +9,11 @@ import { makeTestCa } from "./tls.ts";
 import { startTestProxy } from "./proxy.ts";
 import { type BumpFront, startBumpFront } from "./bump.ts";
 import { H2_PYTHON } from "./h2_client.ts";
-import { OriginClient, type OriginClientOptions } from "../../lib/bump/origin_client.ts";
+import {
+  OriginClient,
+  type OriginClientOptions,
+  type OriginRequest,
+} from "../../lib/bump/origin_client.ts";
 
 const SCRIPT = fileURLToPath(new URL("./h2_origin.py", import.meta.url));
 
@@ -148,4 +152,17 @@ export function originClientFor(
     upstream: { https: new URL(f.upstream.proxyUrl), noProxy: [] },
     ...options,
   });
+}
+
+/** A body-less GET of `/allowed/x` for {@linkcode originClientFor}'s client, with `over` on top. */
+export function originGet(over: Partial<OriginRequest> = {}): OriginRequest {
+  return {
+    host: "api.github.com",
+    port: 443,
+    method: "GET",
+    target: "/allowed/x",
+    headers: [],
+    body: null,
+    ...over,
+  };
 }
