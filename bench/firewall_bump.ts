@@ -7,7 +7,9 @@
  * per MB (forgekit runs in this process: its figure is this process's CPU
  * minus what the same run costs it with no proxy, direct; the others are
  * read from /proc).
- * "h2" is what an HTTP/2 client gets: squid answers it in HTTP/1.1. The client is curl for every proxy; the origin is an HTTPS
+ * "h2" is what an HTTP/2 client gets: squid answers it in HTTP/1.1. New
+ * connections are timed over HTTP/1.1 (every target speaks it) and with h2
+ * offered. The client is curl for every proxy; the origin is an HTTPS
  * server on port 443 under real names (test CA). As root the run happens in
  * private network and mount namespaces whose /etc/hosts maps those names to
  * the origin's address there (ORIGIN_ADDR), so every proxy dials the origin
@@ -39,14 +41,25 @@ const ROUNDS = 7;
 /** Hosts timed per new-connection figure (their median is the round's sample). */
 const PER_ROUND = 5;
 /**
+ * The protocols new connections are timed with: HTTP/1.1, which every
+ * target speaks, and curl's default offer of h2 and http/1.1 (forgekit and
+ * direct answer in HTTP/2, squid in HTTP/1.1).
+ */
+const NEW_CONN = ["--http1.1", "--http2"] as const;
+/**
  * h0 for kept-alive runs and downloads; then PER_ROUND hosts whose leaves are
  * made at the start (new connections with a cached leaf); then PER_ROUND
- * unseen hosts per round (new connections whose leaf is signed then).
+ * unseen hosts per round and protocol (new connections whose leaf is signed then).
  */
-const HOSTS = Array.from({ length: 1 + PER_ROUND * (1 + ROUNDS) }, (_, i) => `h${i}.github.com`);
+const HOSTS = Array.from(
+  { length: 1 + PER_ROUND * (1 + ROUNDS * NEW_CONN.length) },
+  (_, i) => `h${i}.github.com`,
+);
 const CACHED = HOSTS.slice(1, 1 + PER_ROUND);
-const freshHosts = (round: number) =>
-  HOSTS.slice(1 + PER_ROUND * (1 + round), 1 + PER_ROUND * (2 + round));
+const freshHosts = (round: number, protocol: number) => {
+  const from = 1 + PER_ROUND * (1 + round * NEW_CONN.length + protocol);
+  return HOSTS.slice(from, from + PER_ROUND);
+};
 
 /**
  * A CONNECT splicer mapping the bench host names to the origin on loopback
@@ -255,11 +268,12 @@ async function mbPerSec(t: Target, http: string): Promise<number> {
 }
 
 /** Median time to a response on a new connection (TCP + CONNECT + TLS + request), ms. */
-async function newConnMs(t: Target, hosts: string[]): Promise<number> {
+async function newConnMs(t: Target, hosts: string[], http: string): Promise<number> {
   const times: number[] = [];
   for (const h of hosts) {
     const out = await curl([
       ...t.args,
+      http,
       "-o",
       "/dev/null",
       "-w",
@@ -491,6 +505,8 @@ async function measure(directHosts: boolean): Promise<string[]> {
     cpuMB1: [] as number[],
     first: [] as number[],
     again: [] as number[],
+    first2: [] as number[],
+    again2: [] as number[],
     cpuH1: [] as number[],
     cpuH2: [] as number[],
     cpuMB: [] as number[],
@@ -508,7 +524,7 @@ async function measure(directHosts: boolean): Promise<string[]> {
       await reqPerSec(t, "--http2", WARM_UP);
       await mbPerSec(t, "--http1.1");
       await mbPerSec(t, "--http2");
-      await newConnMs(t, CACHED); // their leaves are made (then cached)
+      await newConnMs(t, CACHED, "--http1.1"); // their leaves are made (then cached)
     }
     for (let round = 0; round < ROUNDS; round++) {
       // Each figure is measured for every target back to back (the order
@@ -550,8 +566,15 @@ async function measure(directHosts: boolean): Promise<string[]> {
         samples[i].mbs1.push(await mbPerSec(t, "--http1.1"));
         samples[i].cpuMB1.push((cpu() - c0) / 16.777216);
       });
-      await each(async (i, t) => void samples[i].first.push(await newConnMs(t, freshHosts(round))));
-      await each(async (i, t) => void samples[i].again.push(await newConnMs(t, CACHED)));
+      for (const [p, http] of NEW_CONN.entries()) {
+        const [first, again] = p === 0
+          ? ["first", "again"] as const
+          : ["first2", "again2"] as const;
+        await each(async (i, t) =>
+          void samples[i][first].push(await newConnMs(t, freshHosts(round, p), http))
+        );
+        await each(async (i, t) => void samples[i][again].push(await newConnMs(t, CACHED, http)));
+      }
     }
   } finally {
     for (const t of targets) await t.close().catch(() => {});
@@ -577,6 +600,8 @@ async function measure(directHosts: boolean): Promise<string[]> {
       mbs1: median(samples[i].mbs1),
       first: median(samples[i].first),
       again: median(samples[i].again),
+      first2: median(samples[i].first2),
+      again2: median(samples[i].again2),
       cpu: i === 0
         ? `bench process CPU ${cpu(samples[i].cpuH1, 0)}/${
           cpu(samples[i].cpuH2, 0)
@@ -605,9 +630,11 @@ async function measure(directHosts: boolean): Promise<string[]> {
         f(r.h2)
       } req/s (${(r.h2 / d.h2).toFixed(2)}x) | 16 MiB h1 ${f(r.mbs1)} MB/s (${
         (r.mbs1 / d.mbs1).toFixed(2)
-      }x), h2 ${f(r.mbs)} MB/s (${(r.mbs / d.mbs).toFixed(2)}x) | new conn +${
+      }x), h2 ${f(r.mbs)} MB/s (${(r.mbs / d.mbs).toFixed(2)}x) | new conn h1 +${
         f(r.first - d.first)
-      } ms first/+${f(r.again - d.again)} ms cached leaf (${f(r.first)}/${f(r.again)} ms)${
+      } ms first/+${f(r.again - d.again)} ms cached leaf (${f(r.first)}/${
+        f(r.again)
+      } ms), h2 offered +${f(r.first2 - d.first2)}/+${f(r.again2 - d.again2)} ms${
         r.cpu ? ` | ${r.cpu}` : ""
       }`,
     );
@@ -632,6 +659,8 @@ interface Samples {
   mbs1: number[];
   first: number[];
   again: number[];
+  first2: number[];
+  again2: number[];
   cpuH1: number[];
   cpuH2: number[];
 }
@@ -658,11 +687,14 @@ function versusSquid(fk: Samples, sq: Samples, direct: Samples): string[] {
     `  forgekit / squid-openssl, per round (median (lowest–highest) of ${n}; above 1 = forgekit ahead, except CPU and ms):`,
     `    h1 req/s ${spread(ratio(fk.h1, sq.h1))}x | h2 req/s ${spread(ratio(fk.h2, sq.h2))}x` +
     ` | 16 MiB h1 ${spread(ratio(fk.mbs1, sq.mbs1))}x, h2 ${spread(ratio(fk.mbs, sq.mbs))}x`,
-    `    new conn added ms, forgekit minus squid: leaf signed ${
+    `    new conn added ms, forgekit minus squid: HTTP/1.1 leaf signed ${
       spread(minus(fk.first, sq.first), 1)
-    }, cached leaf ${spread(minus(fk.again, sq.again), 1)} | CPU per request h1 ${
-      spread(ratio(own(fk.cpuH1, direct.cpuH1), sq.cpuH1))
-    }x, h2 ${spread(ratio(own(fk.cpuH2, direct.cpuH2), sq.cpuH2))}x`,
+    }, cached leaf ${spread(minus(fk.again, sq.again), 1)}; h2 offered leaf signed ${
+      spread(minus(fk.first2, sq.first2), 1)
+    }, cached leaf ${spread(minus(fk.again2, sq.again2), 1)}`,
+    `    CPU per request h1 ${spread(ratio(own(fk.cpuH1, direct.cpuH1), sq.cpuH1))}x, h2 ${
+      spread(ratio(own(fk.cpuH2, direct.cpuH2), sq.cpuH2))
+    }x`,
   ];
 }
 
