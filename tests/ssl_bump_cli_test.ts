@@ -108,6 +108,9 @@ except e.HTTPError as x: print(x.code, x.headers["x-proxy-error"])')"`,
         `git clone -q https://git.example/repo.git /tmp/clone-$$ && echo "git-ok $(ls /tmp/clone-$$)"; rm -rf /tmp/clone-$$`,
         `for d in /tmp/fw-2*; do echo "dir $d $(cat $d/ssl/ca-key.pem 2>/dev/null | head -c 27)"; done`,
         `echo "ca-in-store $(grep -c 'BEGIN CERTIFICATE' /usr/local/share/ca-certificates/forgekit-session.crt)"`,
+        // Credentials in URLs are masked wherever forgekit prints or logs them.
+        `echo "tok-ok $(${curl} -o /dev/null -w '%{http_code}' 'https://api.example/allowed/t?access_token=SEKRIT1&page=2')"`,
+        `echo "tok-no $(${curl} ${code} 'https://api.example/secret?sig=SEKRIT2')"`,
       ].join("; ")),
     );
     assert.equal(r.code, 0, r.stderr);
@@ -140,6 +143,14 @@ except e.HTTPError as x: print(x.code, x.headers["x-proxy-error"])')"`,
     assert.equal(blocked?.decision, "blocked");
     assert.equal(blocked?.status, 403);
     assert.match(r.stderr, /api\.example[\s\S]*https:\/\/api\.example\/secret/);
+    assert.equal(lines["tok-ok"], "200");
+    assert.equal(lines["tok-no"], "403 blocked-by-url-policy");
+    const logText = Deno.readTextFileSync(join(logDir, "access.log"));
+    for (const text of [logText, r.stderr]) {
+      assert.ok(!/SEKRIT/.test(text), `no credential from a URL is printed or logged: ${text}`);
+    }
+    assert.ok(log.some((e) => e.url === "https://api.example/allowed/t?access_token=****&page=2"));
+    assert.match(r.stderr, /https:\/\/api\.example\/secret\?sig=\*\*\*\*/, "the summary");
   },
 );
 

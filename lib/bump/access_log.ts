@@ -2,6 +2,7 @@
 import { domainProblem } from "./host_validation.ts";
 import { ALLOWED_PORTS } from "./domain_policy.ts";
 import { printable, printableJson } from "../cli/output.ts";
+import { maskUrlSecrets } from "../cli/url_secrets.ts";
 
 /**
  * One JSON line, its fields always in the order of {@linkcode AccessLogEntry}
@@ -103,6 +104,9 @@ export class AccessLog {
    * write what is pending at once.
    */
   write(entry: AccessLogEntry): void {
+    // Every place the URL goes from here (the file, debug lines, the
+    // summary) gets it with its credentials masked.
+    if (entry.url !== null) entry.url = maskUrlSecrets(entry.url);
     this.blocked.add(entry);
     if (entry.reason !== undefined) this.failed.add(entry);
     if (!this.#closed) {

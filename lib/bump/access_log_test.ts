@@ -285,3 +285,31 @@ Deno.test("the summary names hosts whose allowed requests failed upstream, and w
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("credentials in URLs are masked in the file, the debug lines and the summary", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const lines: string[] = [];
+    const log = new AccessLog(`${dir}/access.log`, (l) => lines.push(l));
+    log.write(entry({
+      url: "https://example.com/a?access_token=SEKRIT1&page=2",
+      decision: "allowed",
+      rule: "url-pattern",
+      status: 200,
+    }));
+    log.write(
+      entry({ url: "https://example.com/b?X-Amz-Signature=SEKRIT2", rule: "url-no-match" }),
+    );
+    log.close();
+    const text = await Deno.readTextFile(`${dir}/access.log`);
+    const summary = log.blocked.summary(["example.com"]) ?? "";
+    for (const out of [text, lines.join("\n"), summary]) assert.doesNotMatch(out, /SEKRIT/);
+    assert.deepEqual(text.trim().split("\n").map((l) => JSON.parse(l).url), [
+      "https://example.com/a?access_token=****&page=2",
+      "https://example.com/b?X-Amz-Signature=****",
+    ]);
+    assert.match(summary, /https:\/\/example\.com\/b\?X-Amz-Signature=\*\*\*\*/);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});

@@ -41,6 +41,7 @@ import {
 import { serveH1 } from "./h1_server.ts";
 import { serveH2 } from "./h2_server.ts";
 import { parseClientHello, serverAlpn } from "./client_hello.ts";
+import { maskUrlSecrets } from "../cli/url_secrets.ts";
 import tls from "node:tls";
 
 /** One access-log line: the firewall's entry. */
@@ -256,7 +257,7 @@ export class Interceptor {
       duration_ms: 0,
       reason: r.why,
     });
-    this.#opts.debug?.(`ssl-bump: refused ${url ?? "a request"}: ${r.why}`);
+    this.#opts.debug?.(`ssl-bump: refused ${url ? maskUrlSecrets(url) : "a request"}: ${r.why}`);
   }
 
   /** One request, from either server. */
@@ -332,7 +333,9 @@ export class Interceptor {
     }
     // A blocked request's access-log line is printed at once (debug); an
     // allowed one's only once it ends, so its decision is printed now.
-    this.#opts.debug?.(`ssl-bump: allow ${sentUrl}: ${decision.rule} (sent to the origin)`);
+    this.#opts.debug?.(
+      `ssl-bump: allow ${maskUrlSecrets(sentUrl)}: ${decision.rule} (sent to the origin)`,
+    );
     return {
       // Forward what was decided on: the normalised path.
       target: `${decision.normalisedPath ?? raw.path}${raw.query === "" ? "" : `?${raw.query}`}`,

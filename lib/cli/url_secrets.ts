@@ -1,0 +1,95 @@
+/**
+ * Credentials a URL may carry, masked for logs and messages. Pure.
+ *
+ * A request's URL is logged whole (the access log, `--log-level debug`,
+ * the end-of-run summary of blocked URLs, which CI prints publicly), and
+ * URLs carry secrets often enough: `?access_token=`, presigned downloads
+ * (`X-Amz-Signature`, `X-Goog-Credential`, Azure's `sig`), API keys
+ * (`?key=`), OAuth codes, a token pasted into a path. The URL stays
+ * readable: only the secret values become `****`.
+ *
+ * @module
+ */
+
+/** What replaces a secret. */
+export const MASK = "****";
+
+/** Query parameters whose values are secrets, by name (lower case, `-` read as `_`). */
+const SECRET_NAMES = new Set([
+  "auth",
+  "authorization",
+  "code",
+  "jwt",
+  "key",
+  "passwd",
+  "pwd",
+  "session",
+  "session_id",
+  "sessionid",
+  "sig",
+]);
+
+/** Parts of a parameter name that make its value a secret. */
+const SECRET_PARTS = /token|secret|passw|signature|credential|api_?key|private_?key/;
+
+/**
+ * Token formats worth masking wherever they appear (a path too): GitHub's
+ * tokens (`ghp_`, `gho_`, `ghu_`, `ghs_`, `ghr_`, `github_pat_`) and JWTs.
+ * The prefix is kept: it says what kind of secret was there.
+ */
+const TOKEN_FORMATS =
+  /\b(gh[pousr]_|github_pat_)[A-Za-z0-9_]{16,}|\b(eyJ)[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*/g;
+
+/** Whether a URL may need masking at all (most do not: this is the fast path). */
+const MAY_HOLD = /[?@]|gh[pousr]_|github_pat_|eyJ/;
+
+/** Whether a query parameter's value is a secret, from its (raw) name. */
+export function isSecretParam(rawName: string): boolean {
+  let name = rawName.replaceAll("+", " ");
+  try {
+    name = decodeURIComponent(name);
+  } catch {
+    // a malformed escape: judged as written
+  }
+  name = name.trim().toLowerCase().replaceAll("-", "_");
+  return SECRET_NAMES.has(name) || SECRET_PARTS.test(name);
+}
+
+/**
+ * The URL with the credentials it carries masked: a user name and password
+ * (`https://****@host/…`), the values of secret query parameters
+ * (`?access_token=****&per_page=100`), and GitHub tokens and JWTs anywhere
+ * (a token in a path becomes `ghp_****`). Anything else is kept as written, so the result still
+ * says which URL it was. Works on any text, URL or not.
+ *
+ * @example
+ * ```ts
+ * maskUrlSecrets("https://api.github.com/user?access_token=ghp_x&page=2");
+ * // "https://api.github.com/user?access_token=****&page=2"
+ * ```
+ */
+export function maskUrlSecrets(url: string): string {
+  if (!MAY_HOLD.test(url)) return url;
+  let out = url.replace(
+    TOKEN_FORMATS,
+    (_, gh: string | undefined, jwt: string | undefined) => `${gh ?? jwt}${MASK}`,
+  );
+  // user:password@ in the authority (before the first /, ? or # after the scheme)
+  const start = /^[A-Za-z][A-Za-z0-9+.-]*:\/\//.exec(out)?.[0].length ?? 0;
+  if (start > 0) {
+    const end = out.slice(start).search(/[/?#]/);
+    const authority = end === -1 ? out.slice(start) : out.slice(start, start + end);
+    const at = authority.lastIndexOf("@");
+    if (at !== -1) out = `${out.slice(0, start)}${MASK}${out.slice(start + at)}`;
+  }
+  const q = out.indexOf("?");
+  if (q === -1) return out;
+  const hash = out.indexOf("#", q);
+  const query = hash === -1 ? out.slice(q + 1) : out.slice(q + 1, hash);
+  const masked = query.split("&").map((pair) => {
+    const eq = pair.indexOf("=");
+    if (eq === -1 || eq === pair.length - 1 || !isSecretParam(pair.slice(0, eq))) return pair;
+    return `${pair.slice(0, eq + 1)}${MASK}`;
+  }).join("&");
+  return `${out.slice(0, q + 1)}${masked}${hash === -1 ? "" : out.slice(hash)}`;
+}

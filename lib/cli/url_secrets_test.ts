@@ -1,0 +1,77 @@
+import assert from "node:assert/strict";
+import { isSecretParam, maskUrlSecrets } from "./url_secrets.ts";
+
+Deno.test("maskUrlSecrets masks the credentials a URL carries and keeps the rest", () => {
+  const cases: [string, string][] = [
+    // nothing to mask: returned as is
+    ["https://api.github.com/repos/o/r/pulls?per_page=100&page=2", ""],
+    ["https://api.github.com/search/code?q=token+in:file", ""],
+    ["https://github.com/o/r/blob/main/src/auth_token.ts", ""],
+    // query parameters by name, any case, - or _
+    [
+      "https://api.github.com/user?access_token=abc123&page=2",
+      "https://api.github.com/user?access_token=****&page=2",
+    ],
+    ["https://x.test/a?token=t1&TOKEN=t2", "https://x.test/a?token=****&TOKEN=****"],
+    [
+      "https://bucket.s3.amazonaws.com/f?X-Amz-Credential=AK%2F2026&X-Amz-Signature=ff00&X-Amz-Expires=300",
+      "https://bucket.s3.amazonaws.com/f?X-Amz-Credential=****&X-Amz-Signature=****&X-Amz-Expires=300",
+    ],
+    [
+      "https://acct.blob.core.windows.net/c/b?sv=2024-01-01&se=2026-11-25&sp=r&sig=abc%3D",
+      "https://acct.blob.core.windows.net/c/b?sv=2024-01-01&se=2026-11-25&sp=r&sig=****",
+    ],
+    ["https://maps.test/api?key=AIzaXYZ&q=x", "https://maps.test/api?key=****&q=x"],
+    ["https://x.test/cb?code=c0de&state=s", "https://x.test/cb?code=****&state=s"],
+    [
+      "https://x.test/t?client_secret=s&client_id=i",
+      "https://x.test/t?client_secret=****&client_id=i",
+    ],
+    ["https://x.test/t?private-token=p", "https://x.test/t?private-token=****"],
+    ["https://x.test/t?api%5Fkey=k", "https://x.test/t?api%5Fkey=****"],
+    ["https://x.test/t?my+password=p", "https://x.test/t?my+password=****"],
+    // an empty value, a name without a value, a malformed escape
+    ["https://x.test/t?token=&token", ""],
+    ["https://x.test/t?%E0token=v", "https://x.test/t?%E0token=****"],
+    // the fragment is kept apart from the query
+    ["https://x.test/t?sig=abc#sig=frag", "https://x.test/t?sig=****#sig=frag"],
+    // tokens in a path, and JWTs
+    [
+      "https://x.test/hook/ghp_0123456789abcdefABCDEF0123/send",
+      "https://x.test/hook/ghp_****/send",
+    ],
+    [
+      "https://x.test/a/github_pat_11ABCDEFG0123456789_abcdefghij",
+      "https://x.test/a/github_pat_****",
+    ],
+    [
+      "https://x.test/a?state=eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.c2lnbmF0dXJl",
+      "https://x.test/a?state=eyJ****",
+    ],
+    // user information
+    ["https://x-access-token:ghp_abc@github.com/o/r.git", "https://****@github.com/o/r.git"],
+    ["http://u:p@proxy.test:8080/?x=1", "http://****@proxy.test:8080/?x=1"],
+    ["https://github.com/o/r/commits?author=a@b.test", ""],
+  ];
+  for (const [url, want] of cases) {
+    assert.equal(maskUrlSecrets(url), want === "" ? url : want, url);
+  }
+});
+
+Deno.test("isSecretParam decides by the parameter's name", () => {
+  const cases: [string, boolean][] = [
+    ["access_token", true],
+    ["refresh-token", true],
+    ["X-Goog-Signature", true],
+    ["X-Amz-Security-Token", true],
+    ["apikey", true],
+    ["sig", true],
+    ["Session", true],
+    ["per_page", false],
+    ["q", false],
+    ["state", false],
+    ["signed", false],
+    ["keyword", false],
+  ];
+  for (const [name, want] of cases) assert.equal(isSecretParam(name), want, name);
+});
