@@ -26,6 +26,14 @@ const o = await startOrigins([
     socket.onmessage = (e) => socket.send(`echo:${e.data}`);
     return response;
   }
+  if (hit.path === "/allowed/echo") {
+    return req.arrayBuffer().then((b) =>
+      Response.json({ access_token: "SEKRIT5", got_bytes: b.byteLength }, {
+        headers: { "set-cookie": "sid=SEKRIT6; Path=/" },
+      })
+    );
+  }
+  if (hit.path === "/allowed/big") return new Response("a".repeat(200 * 1024));
   return new Response(`hello ${hit.host} ${hit.path}\n`);
 });
 const logDir = await Deno.makeTempDir({ prefix: "forgekit-bumplogs-" });
@@ -151,6 +159,69 @@ except e.HTTPError as x: print(x.code, x.headers["x-proxy-error"])')"`,
     }
     assert.ok(log.some((e) => e.url === "https://api.example/allowed/t?access_token=****&page=2"));
     assert.match(r.stderr, /https:\/\/api\.example\/secret\?sig=\*\*\*\*/, "the summary");
+  },
+);
+
+Deno.test(
+  "--log-bodies logs each allowed exchange's headers and first body bytes, credentials masked",
+  needsNamespaces,
+  async () => {
+    assertNamespaces();
+    const bodies = join(logDir, "bodies.jsonl");
+    await Deno.remove(bodies).catch(() => {});
+    const post = `-H 'Authorization: Bearer SEKRIT3' -H 'Content-Type: application/json'` +
+      ` --data '{"user":"u","password":"SEKRIT4","note":"hi"}'`;
+    const r = await firewall(
+      ["--log-bodies", "--allow-urls", "https://api.example/allowed/**"],
+      sh([
+        `echo "post $(${curl} --http1.1 ${post} https://api.example/allowed/echo)"`,
+        `echo "big $(${curl} --http2 -o /dev/null -w '%{http_code} %{size_download}' https://api.example/allowed/big)"`,
+        `echo "no $(${curl} ${code} --data 'x=SEKRIT7' https://api.example/secret)"`,
+      ].join("; ")),
+    );
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(
+      r.stdout,
+      /^post \{"access_token":"SEKRIT5","got_bytes":45\}$/m,
+      "passed on as sent",
+    );
+    assert.match(r.stdout, /^big 200 204800$/m);
+    assert.match(r.stdout, /^no 403 blocked-by-url-policy$/m);
+    assert.match(r.stderr, new RegExp(`bodies log ${bodies.replaceAll("/", "\\/")}`));
+    assert.equal((await Deno.stat(bodies)).mode! & 0o777, 0o600);
+    const text = await Deno.readTextFile(bodies);
+    assert.doesNotMatch(text, /SEKRIT/, "no credential is logged");
+    const records = text.trim().split("\n").map((l) => JSON.parse(l));
+    assert.deepEqual(records.map((x) => [x.method, x.url, x.status]), [
+      ["POST", "https://api.example/allowed/echo", 200],
+      ["GET", "https://api.example/allowed/big", 200],
+    ], "allowed exchanges only");
+    const [echo, big] = records;
+    assert.ok(
+      echo.request.headers.some(([k, v]: string[]) => k === "authorization" && v === "Bearer ****"),
+    );
+    assert.equal(echo.request.body, '{"user":"u","password":"****","note":"hi"}');
+    assert.deepEqual([echo.request.body_bytes, echo.request.body_encoding], [45, "utf-8"]);
+    assert.equal(echo.response.body, '{"access_token":"****","got_bytes":45}');
+    assert.ok(
+      echo.response.headers.some(([k, v]: string[]) =>
+        k === "set-cookie" && v === "sid=****; Path=/"
+      ),
+    );
+    assert.deepEqual(
+      [big.response.body_bytes, big.response.body_truncated, big.response.body.length],
+      [204800, true, 64 * 1024],
+    );
+    const noBump = await runForgekit([
+      "firewall",
+      "--allow-domains",
+      "api.example",
+      "--log-bodies",
+      "--",
+      "true",
+    ]);
+    assert.equal(noBump.code, 2);
+    assert.match(noBump.stderr, /--log-bodies needs --ssl-bump/);
   },
 );
 

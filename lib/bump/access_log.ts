@@ -3,6 +3,9 @@ import { domainProblem } from "./host_validation.ts";
 import { ALLOWED_PORTS } from "./domain_policy.ts";
 import { printable, printableJson } from "../cli/output.ts";
 import { maskUrlSecrets } from "../cli/url_secrets.ts";
+import { LineFile } from "./line_file.ts";
+
+export { FLUSH_MS, openLogFile } from "./line_file.ts";
 
 /**
  * One JSON line, its fields always in the order of {@linkcode AccessLogEntry}
@@ -74,34 +77,26 @@ export function logTime(): string {
   return lastIso = `${secondPrefix}${String(ms).padStart(3, "0")}Z`;
 }
 
-/** How long an access-log line may wait to be written. */
-export const FLUSH_MS = 50;
-
 /** Appends entries to a file and tallies the blocked ones for the end-of-run summary. */
 export class AccessLog {
-  readonly path: string;
   readonly blocked: BlockedTally = new BlockedTally();
   /** Allowed requests and connections that failed upstream, for the summary. */
   readonly failed: FailedTally = new FailedTally();
-  #file: Deno.FsFile;
-  #enc = new TextEncoder();
+  #file: LineFile<AccessLogEntry>;
   #debug?: (line: string) => void;
-  /** Entries not written yet: made into lines when written, off the requests' path. */
-  #pending: AccessLogEntry[] = [];
-  #closed = false;
-  #flushTimer: ReturnType<typeof setTimeout> | undefined;
 
   constructor(path: string, debug?: (line: string) => void) {
-    this.path = path;
-    this.#file = openLogFile(path);
+    this.#file = new LineFile(path, jsonLine);
     this.#debug = debug;
   }
 
+  get path(): string {
+    return this.#file.path;
+  }
+
   /**
-   * Writes one entry. Lines are appended in batches, at most
-   * {@linkcode FLUSH_MS} later, so that a file write is neither on a
-   * request's path nor made once per request; `flush()` and `close()`
-   * write what is pending at once.
+   * Writes one entry (in a batch, {@linkcode LineFile}); after `close()` it
+   * is only counted for the summary.
    */
   write(entry: AccessLogEntry): void {
     // Every place the URL goes from here (the file, debug lines, the
@@ -109,10 +104,7 @@ export class AccessLog {
     if (entry.url !== null) entry.url = maskUrlSecrets(entry.url);
     this.blocked.add(entry);
     if (entry.reason !== undefined) this.failed.add(entry);
-    if (!this.#closed) {
-      this.#pending.push(entry);
-      this.#flushTimer ??= setTimeout(() => this.flush(), FLUSH_MS);
-    }
+    this.#file.push(entry);
     this.#debug?.(
       printable(
         `forgekit firewall: ${entry.decision} ${entry.method} ${
@@ -124,59 +116,12 @@ export class AccessLog {
 
   /** Writes the pending lines now. */
   flush(): void {
-    clearTimeout(this.#flushTimer);
-    this.#flushTimer = undefined;
-    if (this.#pending.length === 0) return;
-    let text = "";
-    for (const entry of this.#pending) text += jsonLine(entry) + "\n";
-    this.#pending = [];
-    const bytes = this.#enc.encode(text);
-    for (let off = 0; off < bytes.length;) off += this.#file.writeSync(bytes.subarray(off));
+    this.#file.flush();
   }
 
   /** Flushes and closes; entries written later are only counted for the summary. */
   close(): void {
-    if (this.#closed) return;
-    this.flush();
-    this.#closed = true;
     this.#file.close();
-  }
-}
-
-/**
- * Opens a log file for appending without following a symbolic link, so that
- * whoever can write to its directory cannot point a run (perhaps root's)
- * at another file: a new file is created exclusively (mode 0600; an
- * exclusive create fails on a link, even a dangling one), an existing one
- * must be a regular file, and is the file that was checked once open.
- */
-export function openLogFile(path: string): Deno.FsFile {
-  for (let attempt = 0;; attempt++) {
-    let before: Deno.FileInfo | null = null;
-    try {
-      before = Deno.lstatSync(path);
-    } catch (err) {
-      if (!(err instanceof Deno.errors.NotFound)) throw err;
-    }
-    if (before === null) {
-      try {
-        return Deno.openSync(path, { append: true, createNew: true, mode: 0o600 });
-      } catch (err) {
-        // Made between the check and the create: checked again.
-        if (err instanceof Deno.errors.AlreadyExists && attempt < 3) continue;
-        throw err;
-      }
-    }
-    if (!before.isFile) {
-      throw new Error(
-        `${path} is ${before.isSymlink ? "a symbolic link" : "not a regular file"}`,
-      );
-    }
-    const file = Deno.openSync(path, { append: true });
-    const opened = file.statSync();
-    if (opened.ino === before.ino && opened.dev === before.dev) return file;
-    file.close();
-    if (attempt >= 3) throw new Error(`${path} was replaced while it was opened`);
   }
 }
 

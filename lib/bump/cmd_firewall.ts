@@ -12,6 +12,7 @@ import {
   yellow,
 } from "../cli/mod.ts";
 import { AccessLog } from "./access_log.ts";
+import { BodyLog } from "./body_log.ts";
 import { ALLOWED_PORTS, domainMatches, domainsOverlap } from "./domain_policy.ts";
 import { checkDomains, splitDomainText } from "./host_validation.ts";
 import { serveProxy } from "./proxy.ts";
@@ -53,9 +54,12 @@ HTTPS inspection:
                               (for programs that pin certificates)
   --upstream-ca FILE          Extra CA (PEM) forgekit trusts for upstream servers, with
                               --ssl-bump only (also: DENO_CERT)
+  --log-bodies                With --ssl-bump: also log each allowed exchange's headers and
+                              first 64 KiB of each body to bodies.jsonl (credentials masked)
 Logs and sandbox:
   --log-level LEVEL           debug, info, warn or error (default info)
-  --log-dir DIR               Where access.log goes (default /tmp/fw-logs-<timestamp>-<random>/)
+  --log-dir DIR               Where access.log (and bodies.jsonl) go (default
+                              /tmp/fw-logs-<timestamp>-<random>/)
   --no-sandbox                No namespaces: only the proxy variables are set (a program can bypass them)
   -h, --help                  Show this help
 
@@ -113,6 +117,7 @@ export async function runFirewall(argv: string[]): Promise<number> {
     "allow-urls": { type: "string", multiple: true },
     "no-bump-domains": { type: "string", multiple: true },
     "upstream-ca": { type: "string", multiple: true },
+    "log-bodies": { type: "boolean" },
     "log-level": { type: "string" },
     "log-dir": { type: "string" },
     "no-sandbox": { type: "boolean" },
@@ -201,6 +206,13 @@ export async function runFirewall(argv: string[]): Promise<number> {
       "--upstream-ca needs --ssl-bump: without it forgekit opens no TLS connection of its own " +
         "(COMMAND verifies servers itself)",
       "add --ssl-bump, or drop --upstream-ca",
+    );
+  }
+  if (values["log-bodies"] && !values["ssl-bump"]) {
+    throw usageError(
+      "--log-bodies needs --ssl-bump: without it forgekit sees no request or response, only " +
+        "encrypted bytes",
+      "add --ssl-bump, or drop --log-bodies",
     );
   }
   // Spliced only where allowed: an entry must name at least one allowed host.
@@ -294,11 +306,15 @@ export async function runFirewall(argv: string[]): Promise<number> {
     }
   }
   let log: AccessLog;
+  let bodyLog: BodyLog | undefined;
+  let opening = "access log";
   try {
     log = new AccessLog(join(logDir, "access.log"), debug);
+    opening = "bodies log";
+    if (values["log-bodies"]) bodyLog = new BodyLog(join(logDir, "bodies.jsonl"));
   } catch (err) {
     throw usageError(
-      `Cannot open the access log: ${(err as Error).message}`,
+      `Cannot open the ${opening}: ${(err as Error).message}`,
       "remove it or choose another --log-dir",
     );
   }
@@ -325,6 +341,7 @@ export async function runFirewall(argv: string[]): Promise<number> {
         upstreamCaCerts,
         upstream,
         log: (e) => log.write(e),
+        bodyLog,
         debug,
       });
     }
@@ -421,6 +438,7 @@ export async function runFirewall(argv: string[]): Promise<number> {
     await cleanup();
     await Promise.race([serving, new Promise((r) => setTimeout(r, 2000))]);
     log.close();
+    bodyLog?.close();
     for (const [sig, h] of onSignals) Deno.removeSignalListener(sig, h);
     const summary = [log.blocked.summary(allow), log.failed.summary()].filter((s) => s !== null);
     if (summary.length && level !== "error") {
@@ -430,5 +448,6 @@ export async function runFirewall(argv: string[]): Promise<number> {
     } else {
       info(`forgekit firewall: access log ${log.path}`);
     }
+    if (bodyLog) info(`forgekit firewall: bodies log ${bodyLog.path}`);
   }
 }

@@ -42,6 +42,7 @@ import { serveH1 } from "./h1_server.ts";
 import { serveH2 } from "./h2_server.ts";
 import { parseClientHello, serverAlpn } from "./client_hello.ts";
 import { maskUrlSecrets } from "../cli/url_secrets.ts";
+import { type BodyLog, type LoggedBody, loggedBody, tapResponse, tapStream } from "./body_log.ts";
 import tls from "node:tls";
 
 /** One access-log line: the firewall's entry. */
@@ -55,6 +56,8 @@ export interface InterceptorOptions {
   /** Upstream requests: pooled connections to origins (HTTP/1.1, and HTTP/2 for HTTP/2 clients). */
   origins: OriginClient;
   log: (entry: BumpLogEntry) => void;
+  /** `--log-bodies`: each allowed exchange's headers and first body bytes. */
+  bodyLog?: BodyLog;
   /** Decision lines for `--log-level debug`; absent otherwise (the lines are then not made). */
   debug?: (line: string) => void;
   /** The most TLS contexts kept (one per host). */
@@ -355,6 +358,20 @@ export class Interceptor {
   ): Promise<BumpReply> {
     let bytesOut = 0;
     let upstream: OriginResponse;
+    const bodies = this.#opts.bodyLog;
+    const sent = bodies?.capture();
+    if (sent && body) body = tapStream(body, sent);
+    // The bodies log's line, written with the access log's.
+    const logBodies = bodies &&
+      ((status: number | null, response: LoggedBody | null) =>
+        bodies.write({
+          time: logTime(),
+          method,
+          url: allowed.sentUrl,
+          status,
+          request: loggedBody(headers, sent!),
+          response,
+        }));
     try {
       upstream = await this.#opts.origins.request({
         host: ctx.host,
@@ -378,6 +395,7 @@ export class Interceptor {
           reason: "cancelled by the client",
           bytes_out: bytesOut,
         }));
+        logBodies?.(null, null);
         return ownReply(499, "Client Closed Request", "", "cancelled");
       }
       if (e instanceof RequestBodyError) {
@@ -385,12 +403,15 @@ export class Interceptor {
         this.#opts.log(
           allowed.entry(400, { pattern: allowed.pattern, reason, bytes_out: bytesOut }),
         );
+        logBodies?.(400, null);
         return ownReply(400, "Bad Request", `Bad request: ${e.message}\n`);
       }
+      logBodies?.(502, null);
       return this.#upstreamError(allowed, e, bytesOut);
     }
     const { pattern } = allowed;
-    upstream.onEnd((bytesIn, whole, relayedOut) =>
+    const received = bodies && tapResponse(upstream, bodies.capture());
+    upstream.onEnd((bytesIn, whole, relayedOut) => {
       this.#opts.log(
         allowed.entry(upstream.status, {
           pattern,
@@ -398,8 +419,9 @@ export class Interceptor {
           bytes_out: relayedOut ?? bytesOut,
           ...(whole ? {} : { reason: "the response did not reach the client whole" }),
         }),
-      )
-    );
+      );
+      if (received) logBodies?.(upstream.status, loggedBody(upstream.headers, received));
+    });
     return upstream;
   }
 

@@ -5,6 +5,7 @@
  *
  * @module
  */
+import type { BodyLog } from "./body_log.ts";
 import { join } from "node:path";
 import { createSessionCa, type Leaf } from "./ca.ts";
 import { type BumpLogEntry, Interceptor } from "./intercept.ts";
@@ -31,6 +32,8 @@ export interface BumpSessionOptions {
   upstreamCaCerts: string[];
   /** The access log writer. */
   log: (entry: BumpLogEntry) => void;
+  /** `--log-bodies`: where each exchange's headers and bodies go. */
+  bodyLog?: BodyLog;
   /**
    * `--log-level debug` decisions; absent otherwise (the lines are then not
    * even made).
@@ -129,6 +132,7 @@ export async function createBumpSession(options: BumpSessionOptions): Promise<Bu
     origins,
     leafFor: (host) => leaves.get(host, () => ca.issueLeaf(host)),
     log: options.log,
+    bodyLog: options.bodyLog,
     debug: options.debug,
     headTimeoutMs: options.headTimeoutMs,
     stallTimeoutMs: options.stallTimeoutMs,

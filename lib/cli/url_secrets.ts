@@ -70,10 +70,7 @@ export function isSecretParam(rawName: string): boolean {
  */
 export function maskUrlSecrets(url: string): string {
   if (!MAY_HOLD.test(url)) return url;
-  let out = url.replace(
-    TOKEN_FORMATS,
-    (_, gh: string | undefined, jwt: string | undefined) => `${gh ?? jwt}${MASK}`,
-  );
+  let out = maskTokens(url);
   // user:password@ in the authority (before the first /, ? or # after the scheme)
   const start = /^[A-Za-z][A-Za-z0-9+.-]*:\/\//.exec(out)?.[0].length ?? 0;
   if (start > 0) {
@@ -86,10 +83,25 @@ export function maskUrlSecrets(url: string): string {
   if (q === -1) return out;
   const hash = out.indexOf("#", q);
   const query = hash === -1 ? out.slice(q + 1) : out.slice(q + 1, hash);
-  const masked = query.split("&").map((pair) => {
+  return `${out.slice(0, q + 1)}${maskQuery(query)}${hash === -1 ? "" : out.slice(hash)}`;
+}
+
+/**
+ * A query string (or an `application/x-www-form-urlencoded` body) with the
+ * values of secret parameters masked: `a=1&token=****`.
+ */
+export function maskQuery(query: string): string {
+  return query.split("&").map((pair) => {
     const eq = pair.indexOf("=");
     if (eq === -1 || eq === pair.length - 1 || !isSecretParam(pair.slice(0, eq))) return pair;
     return `${pair.slice(0, eq + 1)}${MASK}`;
   }).join("&");
-  return `${out.slice(0, q + 1)}${masked}${hash === -1 ? "" : out.slice(hash)}`;
+}
+
+/** Text with GitHub tokens and JWTs masked wherever they appear, their prefix kept. */
+export function maskTokens(text: string): string {
+  return text.replace(
+    TOKEN_FORMATS,
+    (_, gh: string | undefined, jwt: string | undefined) => `${gh ?? jwt}${MASK}`,
+  );
 }

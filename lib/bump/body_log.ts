@@ -1,0 +1,284 @@
+/**
+ * The bodies log (`--log-bodies`, with `--ssl-bump`): what each inspected
+ * exchange carried, headers and the first {@linkcode BODY_LOG_LIMIT} bytes
+ * of each body, one JSON line per exchange in `bodies.jsonl` beside the
+ * access log. Off by default: bodies hold whatever a workload sends and
+ * gets. Credentials are masked as in the access log (best effort for
+ * bodies: secret-named JSON fields and form fields, GitHub tokens, JWTs).
+ *
+ * Bodies are captured as they stream past, never held back: a capture
+ * keeps copies of the first bytes only, and all captures in flight share
+ * one budget ({@linkcode BODY_LOG_BUDGET}), so the log costs bounded memory
+ * whatever the traffic.
+ *
+ * @module
+ */
+import { printableJson } from "../cli/output.ts";
+import { isSecretParam, MASK, maskQuery, maskTokens, maskUrlSecrets } from "../cli/url_secrets.ts";
+import { LineFile } from "./line_file.ts";
+import type { BumpReply } from "./exchange.ts";
+import { Buffer } from "node:buffer";
+
+/** The most bytes of one body the log keeps. */
+export const BODY_LOG_LIMIT = 64 * 1024;
+/** The most body bytes all captures in flight hold at once. */
+export const BODY_LOG_BUDGET = 64 * 1024 * 1024;
+
+/** Body bytes held by captures in flight, against a limit. */
+export class CaptureBudget {
+  #left: number;
+  constructor(bytes = BODY_LOG_BUDGET) {
+    this.#left = bytes;
+  }
+  /** Takes `n` bytes of the budget: false (nothing taken) when they are not left. */
+  take(n: number): boolean {
+    if (n > this.#left) return false;
+    this.#left -= n;
+    return true;
+  }
+  give(n: number): void {
+    this.#left += n;
+  }
+}
+
+/** One body's first bytes, copied as they pass. */
+export class BodyCapture {
+  /** Every byte that passed, kept or not. */
+  bytes = 0;
+  #parts: Uint8Array[] = [];
+  #kept = 0;
+  #cut = false;
+  #budget: CaptureBudget;
+  #limit: number;
+
+  constructor(budget: CaptureBudget, limit = BODY_LOG_LIMIT) {
+    this.#budget = budget;
+    this.#limit = limit;
+  }
+
+  add(chunk: Uint8Array): void {
+    this.bytes += chunk.byteLength;
+    if (this.#cut) return;
+    const room = Math.min(this.#limit - this.#kept, chunk.byteLength);
+    if (room < chunk.byteLength) this.#cut = true;
+    if (room === 0) return;
+    if (!this.#budget.take(room)) {
+      this.#cut = true;
+      return;
+    }
+    this.#parts.push(chunk.slice(0, room));
+    this.#kept += room;
+  }
+
+  /**
+   * The kept bytes (their budget is given back), and whether bytes were left
+   * out. Called once, when the exchange is over.
+   */
+  take(): { data: Uint8Array; truncated: boolean } {
+    const data = new Uint8Array(this.#kept);
+    let at = 0;
+    for (const p of this.#parts) {
+      data.set(p, at);
+      at += p.byteLength;
+    }
+    this.#budget.give(this.#kept);
+    this.#parts = [];
+    this.#kept = 0;
+    const truncated = this.#cut;
+    // Bytes passing later (a body still flowing after a failure) are only counted.
+    this.#cut = true;
+    return { data, truncated };
+  }
+}
+
+/** The stream, with what passes through it copied into `capture`. */
+export function tapStream(
+  stream: ReadableStream<Uint8Array>,
+  capture: BodyCapture,
+): ReadableStream<Uint8Array> {
+  return stream.pipeThrough(
+    new TransformStream<Uint8Array, Uint8Array>({
+      transform(chunk, controller) {
+        capture.add(chunk);
+        controller.enqueue(chunk);
+      },
+    }),
+  );
+}
+
+/** The connection, with what is read from it copied into `capture`. */
+export function tapConn(conn: Deno.Conn, capture: BodyCapture): Deno.Conn {
+  const read = async (p: Uint8Array) => {
+    const n = await conn.read(p);
+    if (n !== null) capture.add(p.subarray(0, n));
+    return n;
+  };
+  return new Proxy(conn, {
+    get(target, key) {
+      if (key === "read") return read;
+      const value = Reflect.get(target, key, target);
+      return typeof value === "function" ? value.bind(target) : value;
+    },
+  });
+}
+
+/**
+ * Taps a response's body, whichever way it comes: whole, as a stream, or
+ * sized (its first bytes, then read off the origin connection).
+ */
+export function tapResponse(
+  response: { body: Uint8Array | ReadableStream<Uint8Array> | null; sized?: BumpReply["sized"] },
+  capture: BodyCapture,
+): BodyCapture {
+  if (response.body instanceof Uint8Array) capture.add(response.body);
+  else if (response.body) response.body = tapStream(response.body, capture);
+  if (response.sized) {
+    capture.add(response.sized.buffered);
+    response.sized = { ...response.sized, conn: tapConn(response.sized.conn, capture) };
+  }
+  return capture;
+}
+
+/** Header fields whose values are credentials whatever their names say. */
+const SECRET_HEADERS = new Set(["cookie", "set-cookie", "proxy-authorization"]);
+
+/**
+ * Header fields with credentials masked: `authorization` keeps its scheme
+ * (`Bearer ****`), cookies their names (`session=****`), any field whose
+ * name reads as a secret (`x-api-key`, `private-token`) becomes `****`.
+ */
+export function maskHeaders(headers: [string, string][]): [string, string][] {
+  return headers.map(([name, value]) => {
+    const n = name.toLowerCase();
+    if (n === "authorization" || n === "proxy-authorization") {
+      const scheme = /^\S+\s/.exec(value)?.[0] ?? "";
+      return [name, `${scheme}${MASK}`];
+    }
+    if (n === "cookie") {
+      return [name, value.split(";").map((c) => maskPair(c.trim())).join("; ")];
+    }
+    if (n === "set-cookie") {
+      const semi = value.indexOf(";");
+      return [
+        name,
+        semi === -1 ? maskPair(value) : `${maskPair(value.slice(0, semi))}${value.slice(semi)}`,
+      ];
+    }
+    if (SECRET_HEADERS.has(n) || isSecretParam(n)) return [name, MASK];
+    return [name, maskTokens(value)];
+  });
+}
+
+/** `name=value` as `name=****`. */
+function maskPair(pair: string): string {
+  const eq = pair.indexOf("=");
+  return eq === -1 ? pair : `${pair.slice(0, eq + 1)}${MASK}`;
+}
+
+/** A JSON string field, `"name": "value"` (escapes kept as written). */
+const JSON_STRING_FIELD = /"((?:[^"\\]|\\.)*)"(\s*:\s*)"((?:[^"\\]|\\.)*)"/g;
+
+/**
+ * A text body with its credentials masked, as far as they can be told:
+ * string fields of JSON whose names read as secrets (`"password": "****"`,
+ * even in a body cut short), the fields of a form body
+ * (`application/x-www-form-urlencoded`) likewise, and GitHub tokens and
+ * JWTs anywhere.
+ */
+export function maskBodyText(text: string, contentType: string): string {
+  let out = maskTokens(text);
+  if (/^application\/x-www-form-urlencoded\b/i.test(contentType.trim())) out = maskQuery(out);
+  return out.replace(
+    JSON_STRING_FIELD,
+    (all, name: string, colon: string) => isSecretParam(name) ? `"${name}"${colon}"${MASK}"` : all,
+  );
+}
+
+/** A body as logged. */
+export interface LoggedBody {
+  headers: [string, string][];
+  /** The kept bytes: text (credentials masked), or base64 when they are not UTF-8 text. */
+  body: string;
+  body_encoding: "utf-8" | "base64";
+  /** All the body's bytes that passed, kept or not. */
+  body_bytes: number;
+  /** Bytes were left out ({@linkcode BODY_LOG_LIMIT}, or the budget). */
+  body_truncated: boolean;
+}
+
+const utf8 = new TextDecoder("utf-8", { fatal: true });
+
+/** UTF-8 text, allowing a character cut short at the end of a truncated body. */
+function asText(data: Uint8Array, truncated: boolean): string | null {
+  for (let cut = 0; cut <= (truncated ? 3 : 0) && cut <= data.byteLength; cut++) {
+    try {
+      return utf8.decode(data.subarray(0, data.byteLength - cut));
+    } catch {
+      // not text (yet)
+    }
+  }
+  return null;
+}
+
+/**
+ * How a body is logged: as masked text when it is UTF-8 and not
+ * content-encoded (gzip and the like are logged as they went, base64).
+ */
+export function loggedBody(headers: [string, string][], capture: BodyCapture): LoggedBody {
+  const field = (name: string) => headers.find(([k]) => k.toLowerCase() === name)?.[1] ?? "";
+  const { data, truncated } = capture.take();
+  const coding = field("content-encoding").trim().toLowerCase();
+  const text = coding === "" || coding === "identity" ? asText(data, truncated) : null;
+  return {
+    headers: maskHeaders(headers),
+    body: text === null
+      ? Buffer.from(data.buffer, data.byteOffset, data.byteLength).toString("base64")
+      : maskBodyText(text, field("content-type")),
+    body_encoding: text === null ? "base64" : "utf-8",
+    body_bytes: capture.bytes,
+    body_truncated: truncated,
+  };
+}
+
+/** One line of the bodies log. */
+export interface BodyLogRecord {
+  time: string;
+  method: string;
+  url: string;
+  /** The response's status, or forgekit's own (a 502 when the origin failed). */
+  status: number | null;
+  request: LoggedBody;
+  /** Null when no response came from the origin. */
+  response: LoggedBody | null;
+}
+
+function bodyLine(r: BodyLogRecord): string {
+  return printableJson(JSON.stringify({ ...r, url: maskUrlSecrets(r.url) }));
+}
+
+/** `bodies.jsonl`: one line per inspected exchange, written in batches. */
+export class BodyLog {
+  readonly budget = new CaptureBudget();
+  #file: LineFile<BodyLogRecord>;
+
+  constructor(path: string) {
+    this.#file = new LineFile(path, bodyLine);
+  }
+
+  get path(): string {
+    return this.#file.path;
+  }
+
+  /** A new capture for one body, sharing this log's budget. */
+  capture(): BodyCapture {
+    return new BodyCapture(this.budget);
+  }
+
+  write(record: BodyLogRecord): void {
+    this.#file.push(record);
+  }
+
+  close(): void {
+    this.#file.close();
+  }
+}
