@@ -9,6 +9,7 @@ import { parseUrlPatterns } from "../../lib/bump/url_pattern.ts";
 import { listenProxy } from "../../lib/bump/node_conn.ts";
 import { serveProxy } from "../../lib/bump/proxy.ts";
 import { AccessLog } from "../../lib/bump/access_log.ts";
+import { BodyLog } from "../../lib/bump/body_log.ts";
 import { join } from "node:path";
 import { type OriginHandler, type Origins, startOrigins } from "./origin.ts";
 
@@ -47,12 +48,15 @@ export async function startBumpFront(options: {
   stallTimeoutMs?: number;
   maxOriginConnections?: number;
   logToFile?: boolean;
+  /** `--log-bodies`: the bodies log goes to `bodies.jsonl` in the session directory. */
+  logBodies?: boolean;
 }): Promise<BumpFront> {
   const sessionDir = await Deno.makeTempDir({ prefix: "fw-test-" });
   const logs: BumpLogEntry[] = [];
   const patterns = parseUrlPatterns(options.allowUrls);
   const debug: string[] = [];
   const accessLog = new AccessLog(join(sessionDir, "access.log"));
+  const bodyLog = options.logBodies ? new BodyLog(join(sessionDir, "bodies.jsonl")) : undefined;
   const bump = await createBumpSession({
     sessionDir,
     sessionId: "test",
@@ -61,6 +65,7 @@ export async function startBumpFront(options: {
     upstreamCaCerts: options.upstreamCaCerts,
     upstreamProxy: options.upstreamProxy,
     log: options.logToFile ? (e) => accessLog.write(e) : (e) => logs.push(e),
+    bodyLog,
     // As in the firewall without --log-level debug, the bench's case: no lines made.
     debug: options.logToFile ? undefined : (line) => debug.push(line),
     headTimeoutMs: options.headTimeoutMs,
@@ -90,6 +95,7 @@ export async function startBumpFront(options: {
       await bump.close();
       await serving;
       accessLog.close();
+      bodyLog?.close();
       await Deno.remove(sessionDir, { recursive: true });
     },
   };
@@ -126,7 +132,12 @@ export function echoLatin(req: Request): Response {
 export async function startBumpFixture(
   allowUrls: string[],
   handler: OriginHandler = (req) => new Response(`origin ${new URL(req.url).pathname}\n`),
-  options: { headTimeoutMs?: number; stallTimeoutMs?: number; maxOriginConnections?: number } = {},
+  options: {
+    headTimeoutMs?: number;
+    stallTimeoutMs?: number;
+    maxOriginConnections?: number;
+    logBodies?: boolean;
+  } = {},
 ): Promise<BumpFixture> {
   const origins = await startOrigins(["api.github.com", "other.github.com"], handler);
   const front = await startBumpFront({

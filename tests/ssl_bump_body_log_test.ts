@@ -1,0 +1,147 @@
+/**
+ * `--log-bodies` on the request paths that matter: bodies are copied as
+ * they stream (an upload and a download far beyond the kept 64 KiB arrive
+ * whole and intact), a body that breaks its framing is still the client's
+ * 400, and responses whole, sized and streamed are all captured.
+ */
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { type BumpFixture, curl, startBumpFixture } from "./support/bump.ts";
+import { RawH1 as Raw } from "./support/raw_h1.ts";
+import { until } from "./support/until.ts";
+import type { BodyLogRecord } from "../lib/bump/body_log.ts";
+
+const ALLOW = ["https://api.github.com/allowed/*"];
+const dec = new TextDecoder();
+
+async function sha256(bytes: Uint8Array): Promise<string> {
+  const digest = await crypto.subtle.digest("SHA-256", bytes as BufferSource);
+  return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+/** The bodies log's records, once there are `n` of them. */
+async function records(f: BumpFixture, n: number): Promise<BodyLogRecord[]> {
+  const path = join(f.sessionDir, "bodies.jsonl");
+  const read = () => {
+    try {
+      return Deno.readTextFileSync(path).trim().split("\n").filter(Boolean);
+    } catch {
+      return [];
+    }
+  };
+  await until(`${n} bodies-log lines`, () => read().length >= n);
+  return read().map((l) => JSON.parse(l));
+}
+
+Deno.test("a 3 MiB upload and download pass whole through --log-bodies, their first 64 KiB logged", async () => {
+  const big = new Uint8Array(3 * 1024 * 1024);
+  for (let at = 0; at < big.byteLength; at += 65536) {
+    crypto.getRandomValues(big.subarray(at, at + 65536));
+  }
+  const f = await startBumpFixture(ALLOW, async (req) => {
+    const path = new URL(req.url).pathname;
+    if (path === "/allowed/up") {
+      return new Response(await sha256(new Uint8Array(await req.arrayBuffer())));
+    }
+    if (path === "/allowed/down") return new Response(big);
+    // a body of unknown length, in pieces
+    return new Response(
+      new ReadableStream({
+        start(c) {
+          c.enqueue(new TextEncoder().encode("part one, "));
+          c.enqueue(new TextEncoder().encode("part two"));
+          c.close();
+        },
+      }),
+    );
+  }, { logBodies: true });
+  const file = await Deno.makeTempFile();
+  try {
+    await Deno.writeFile(file, big);
+    for (const http of ["--http1.1", "--http2"]) {
+      const up = await curl(f, [
+        http,
+        "--data-binary",
+        `@${file}`,
+        "https://api.github.com/allowed/up",
+      ]);
+      assert.equal(up.out, await sha256(big), `${http} upload arrives intact`);
+      const down = await curl(f, [http, "-o", "-", "https://api.github.com/allowed/down"]);
+      assert.equal(down.code, 0);
+      const got = await curl(f, [
+        http,
+        "-o",
+        file + ".down",
+        "-w",
+        "%{size_download}",
+        "https://api.github.com/allowed/down",
+      ]);
+      assert.equal(got.out, String(big.byteLength));
+      assert.equal(await sha256(await Deno.readFile(file + ".down")), await sha256(big));
+      const streamed = await curl(f, [http, "https://api.github.com/allowed/stream"]);
+      assert.equal(streamed.out, "part one, part two");
+    }
+    const rs = await records(f, 8);
+    const up = rs.filter((r) => r.url === "https://api.github.com/allowed/up");
+    assert.equal(up.length, 2);
+    for (const r of up) {
+      assert.deepEqual(
+        [
+          r.method,
+          r.status,
+          r.request.body_bytes,
+          r.request.body_truncated,
+          r.request.body_encoding,
+        ],
+        ["POST", 200, big.byteLength, true, "base64"],
+      );
+      assert.deepEqual(
+        Uint8Array.from(atob(r.request.body), (c) => c.charCodeAt(0)),
+        big.subarray(0, 64 * 1024),
+        "the first 64 KiB, as sent",
+      );
+    }
+    const down = rs.filter((r) => r.url === "https://api.github.com/allowed/down");
+    assert.equal(down.length, 4);
+    for (const r of down) {
+      assert.deepEqual([r.response!.body_bytes, r.response!.body_truncated], [
+        big.byteLength,
+        true,
+      ]);
+      assert.deepEqual(
+        Uint8Array.from(atob(r.response!.body), (c) => c.charCodeAt(0)),
+        big.subarray(0, 64 * 1024),
+      );
+    }
+    const streamed = rs.filter((r) => r.url === "https://api.github.com/allowed/stream");
+    assert.deepEqual(streamed.map((r) => r.response!.body), [
+      "part one, part two",
+      "part one, part two",
+    ]);
+  } finally {
+    await Deno.remove(file);
+    await Deno.remove(file + ".down").catch(() => {});
+    await f.close();
+  }
+});
+
+Deno.test("with --log-bodies a chunked body that breaks its framing is still a 400, logged without a response", async () => {
+  const f = await startBumpFixture(ALLOW, (req) => req.text().then((t) => new Response(t)), {
+    logBodies: true,
+  });
+  const c = await Raw.open(f);
+  try {
+    await c.write(
+      "POST /allowed/up HTTP/1.1\r\nHost: api.github.com\r\nTransfer-Encoding: chunked\r\n\r\n" +
+        "5\r\nhelloX\r\n0\r\n\r\n",
+    );
+    const r = await c.response();
+    assert.equal(r.status, 400);
+    assert.equal(dec.decode(r.body), "Bad request: a chunk not followed by CRLF\n");
+    const [rec] = await records(f, 1);
+    assert.deepEqual([rec.method, rec.status, rec.response], ["POST", 400, null]);
+  } finally {
+    c.close();
+    await f.close();
+  }
+});
