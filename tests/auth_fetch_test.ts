@@ -67,6 +67,9 @@ const o = await startOrigins([
   }
   if (key === "api.github.com/echo-body") return new Response(`${req.method} ${hit.body}\n`);
   if (p === "/loop") return Response.redirect(`https://${hit.host}/loop`, 302);
+  if (key === "api.github.com/hop-invalid") {
+    return new Response(null, { status: 302, headers: { location: "https://u:LEAKME@[zz/x" } });
+  }
   // enterprise server
   if (key === "ghe.corp.example/api/v3/repos/org/tool/releases/tags/v1") {
     return auth === "Bearer ghe-token"
@@ -124,6 +127,9 @@ const o = await startOrigins([
       }, { status: 401 });
     }
     return Response.json({ access_token: "ad-token", expires_in: 3600, token_type: "Bearer" });
+  }
+  if (hit.host === "login.microsoftonline.com" && p === "/tenant-bad-token/oauth2/v2.0/token") {
+    return Response.json({ access_token: "eyJAD\r\nLEAKME", expires_in: 3600 });
   }
   return undefined;
 });
@@ -308,6 +314,14 @@ Deno.test(
     assert.equal(r.code, 1);
     assert.match(r.stderr, /more than 10 redirects/);
     assert.equal(hitsFor("api.github.com", "/loop").length, 11);
+
+    r = await fk(["fetch", "-v", "https://api.github.com/hop-invalid"], file, env);
+    assert.equal(r.code, 1);
+    assert.match(
+      r.stderr,
+      /^error: GET https:\/\/api\.github\.com\/hop-invalid redirected to a Location that is no URL: Invalid URL: "https:\/\/\*\*\*\*@\[zz\/x"/m,
+    );
+    assert.doesNotMatch(r.stderr, /LEAKME/, "a Location's user name and password are never shown");
   },
 );
 
@@ -500,6 +514,64 @@ Deno.test(
       none.stderr,
       /^error: cloud-cli: the az command was not found on PATH: .*\(install the Azure CLI and run: az login\)$/m,
     );
+  },
+);
+
+Deno.test(
+  "a token from az or the token endpoint that is not JSON, not a string or holds a line break is an error that never quotes it",
+  opts,
+  async () => {
+    const bin = await Deno.makeTempDir({ dir });
+    const cli = await authFile([{
+      hosts: ["dev.azure.com"],
+      provider: "cloud-devops",
+      auth: "cloud-cli",
+    }]);
+    const path = `${bin}:${Deno.env.get("PATH")}`;
+    const outputs: [string, RegExp][] = [
+      [
+        "eyJ0SECRET",
+        /^error: cloud-cli: az printed no JSON: Unexpected token 'e' \(run: az login\)$/,
+      ],
+      [
+        '{"accessToken": "eyJ\\r\\nSECRET", "expires_on": 4070908800}',
+        /^error: cloud-cli: az printed an accessToken that holds a line break or another character a header cannot carry \(run: az login\)$/,
+      ],
+      ['{"accessToken": "eyJ\\u0000SECRET"}', /holds a line break or another character/],
+      [
+        '{"accessToken": 12345678901234}',
+        /^error: cloud-cli: az printed no accessToken \(run: az login\)$/,
+      ],
+      ['{"accessToken": "eyJSECRET", "expiresOn": 5}', /^$/],
+    ];
+    for (const [output, want] of outputs) {
+      await Deno.writeTextFile(join(bin, "az"), `#!/bin/sh\ncat <<'EOF'\n${output}\nEOF\n`, {
+        mode: 0o755,
+      });
+      const r = await fk(["fetch", "-v", "https://dev.azure.com/echo"], cli, { PATH: path });
+      const errors = r.stderr.split("\n").filter((l) => !l.startsWith("* ")).join("\n").trim();
+      assert.match(errors, want, output);
+      assert.equal(r.code, errors === "" ? 0 : 1, output);
+      assert.doesNotMatch(r.stderr, /SECRET|0SE|12345678/, output);
+    }
+    const ad = await fk(
+      ["fetch", "https://dev.azure.com/echo"],
+      await authFile([{
+        hosts: ["dev.azure.com"],
+        provider: "cloud-devops",
+        auth: "cloud-ad",
+        tenant_id: "tenant-bad-token",
+        client_id: "client-1",
+        client_secret_env: "ADO_CLIENT_SECRET",
+      }]),
+      { ADO_CLIENT_SECRET: "right-secret" },
+    );
+    assert.equal(ad.code, 1);
+    assert.match(
+      ad.stderr,
+      /^error: cloud-ad: login\.microsoftonline\.com answered client client-1 with an access_token that holds a line break/,
+    );
+    assert.doesNotMatch(ad.stderr, /LEAKME/);
   },
 );
 

@@ -3,6 +3,7 @@
  */
 import { maskSecret, usageError } from "../cli/mod.ts";
 import { hostPatternProblem, normalizePattern } from "./host_pattern.ts";
+import { jsonErrorWithoutText } from "./redact.ts";
 
 /** Provider keys (canonical). */
 export type Provider = "codehost" | "cloud-devops" | "repohost";
@@ -135,15 +136,10 @@ export function parseAuthConfig(text: string, path: string, label = "auth.json")
     // A byte order mark is what some editors put first; JSON.parse refuses it.
     doc = JSON.parse(text.startsWith("\uFEFF") ? text.slice(1) : text);
   } catch (err) {
-    let msg = err instanceof Error ? err.message : String(err);
-    // V8 quotes the text around the fault (`…, "…" is not valid JSON`), which may be a token.
-    if (msg.endsWith(" is not valid JSON")) {
-      msg = msg.slice(0, msg.indexOf('"')).replace(/,?\s*(\.\.\.)?$/, "");
-    }
     throw usageError(
       `${label}: not valid JSON`,
       `fix the syntax in ${path}, or run: forgekit auth init`,
-      new SyntaxError(msg),
+      new SyntaxError(jsonErrorWithoutText(err)),
     );
   }
   if (typeof doc !== "object" || doc === null || Array.isArray(doc)) {

@@ -18,7 +18,7 @@ import {
 import { authorizationHeader } from "./schemes.ts";
 import { entriesNotUsedReason, hasUserinfo } from "./entry_use.ts";
 import { plainHttpProblem } from "./plain_http.ts";
-import { redactUrl } from "./redact.ts";
+import { parseUrlArgument, redactUrl } from "./redact.ts";
 import { resolveToken, staticToken, type TokenResult } from "./token_source.ts";
 
 /** Options of {@linkcode authFetch}. */
@@ -321,11 +321,13 @@ async function followRedirects(
     }
     let next: URL;
     try {
-      next = new URL(location, url);
+      next = parseUrlArgument(location, url);
     } catch (err) {
       throw new CliError(
-        `${req.method} ${redactUrl(url)} redirected to an invalid URL: ${location}`,
-        { cause: err },
+        `${req.method} ${redactUrl(url)} redirected to a Location that is no URL`,
+        {
+          cause: err,
+        },
       );
     }
     if (next.protocol !== "https:" && next.protocol !== "http:") {

@@ -38,19 +38,37 @@ export function redactUrlText(text: string): string {
 }
 
 /**
- * Parses a URL the user gave. When it does not parse, the TypeError names the
- * text with any credentials in it masked (the runtime's own message quotes
- * the text in full).
+ * Parses a URL the user (or a server's `Location`, against `base`) gave.
+ * When it does not parse, the TypeError names the text with any credentials
+ * in it masked (the runtime's own message quotes the text, and the base, in
+ * full).
  *
  * @example
  * ```ts
  * parseUrlArgument("https://api.github.com/user").hostname; // "api.github.com"
  * ```
  */
-export function parseUrlArgument(text: string): URL {
+export function parseUrlArgument(text: string, base?: URL): URL {
   try {
-    return new URL(text);
+    return new URL(text, base);
   } catch {
     throw new TypeError(`Invalid URL: ${JSON.stringify(redactUrlText(text))}`);
   }
+}
+
+/**
+ * A JSON.parse error's message without the text V8 quotes around the fault
+ * (`Unexpected token 'e', "eyJ0eXAiOi"... is not valid JSON`), which may be
+ * a token. Pure.
+ *
+ * @example
+ * ```ts
+ * jsonErrorWithoutText(new SyntaxError(`Unexpected token 'e', "eyJ0" is not valid JSON`));
+ * // "Unexpected token 'e'"
+ * ```
+ */
+export function jsonErrorWithoutText(err: unknown): string {
+  const msg = err instanceof Error ? err.message : String(err);
+  if (!msg.endsWith(" is not valid JSON")) return msg;
+  return msg.slice(0, msg.indexOf('"')).replace(/,?\s*(\.\.\.)?$/, "");
 }

@@ -7,7 +7,7 @@
 import { CliError } from "../cli/mod.ts";
 import type { AuthEntry } from "./config.ts";
 import { matchAnyHost } from "./host_pattern.ts";
-import { redactUrl } from "./redact.ts";
+import { redactUrl, redactUrlText } from "./redact.ts";
 
 /** A release download URL, taken apart. */
 export interface ReleaseRef {
@@ -96,31 +96,35 @@ export function releaseMetadataUrl(api: ReleaseApi, ref: ReleaseRef): string {
  * API and repository.
  */
 export function assetUrlProblem(api: ReleaseApi, ref: ReleaseRef, assetUrl: string): string | null {
+  // The server's text, shown without a user name or password it may carry.
+  const shown = redactUrlText(assetUrl);
   let u: URL;
   try {
     u = new URL(assetUrl);
   } catch {
-    return `asset URL "${assetUrl}" is not a URL`;
+    return `asset URL ${JSON.stringify(shown)} is not a URL`;
   }
   const base = new URL(api.base);
   if (u.protocol !== "https:" || u.host !== base.host) {
-    return `asset URL ${assetUrl} is not on ${base.host}`;
+    return `asset URL ${shown} is not on ${base.host}`;
   }
   const prefix = base.pathname.replace(/\/$/, "");
-  if (!u.pathname.startsWith(`${prefix}/repos/`) || u.search || u.hash) {
-    return `asset URL ${assetUrl} is not a ${prefix}/repos/OWNER/REPO/releases/assets/<id> endpoint`;
+  if (
+    !u.pathname.startsWith(`${prefix}/repos/`) || u.search || u.hash || u.username || u.password
+  ) {
+    return `asset URL ${shown} is not a ${prefix}/repos/OWNER/REPO/releases/assets/<id> endpoint`;
   }
   const rest = u.pathname.slice(prefix.length).split("/").slice(1);
   if (rest.length !== 6 || rest[3] !== "releases" || rest[4] !== "assets") {
-    return `asset URL ${assetUrl} is not a ${prefix}/repos/OWNER/REPO/releases/assets/<id> endpoint`;
+    return `asset URL ${shown} is not a ${prefix}/repos/OWNER/REPO/releases/assets/<id> endpoint`;
   }
   if (
     rest[1].toLowerCase() !== ref.owner.toLowerCase() ||
     rest[2].toLowerCase() !== ref.repo.toLowerCase()
   ) {
-    return `asset URL ${assetUrl} belongs to ${rest[1]}/${rest[2]}, not ${ref.owner}/${ref.repo}`;
+    return `asset URL ${shown} belongs to ${rest[1]}/${rest[2]}, not ${ref.owner}/${ref.repo}`;
   }
-  if (!/^\d+$/.test(rest[5])) return `asset URL ${assetUrl} does not end in a numeric asset id`;
+  if (!/^\d+$/.test(rest[5])) return `asset URL ${shown} does not end in a numeric asset id`;
   return null;
 }
 

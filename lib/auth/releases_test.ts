@@ -79,6 +79,25 @@ Deno.test("assetUrlProblem() accepts only the exact numeric asset endpoint of th
   assert.match(assetUrlProblem(ghe, ref, "https://ghe.x/repos/o/r/releases/assets/1")!, /endpoint/);
 });
 
+Deno.test("assetUrlProblem() refuses an asset URL carrying a user name or password, and never shows them", () => {
+  const api = { kind: "data-residency" as const, base: "https://api.t.ghe.com" };
+  const ref = { owner: "o", repo: "r", tag: "v1", name: "a" };
+  for (
+    const url of [
+      "https://u:LEAKME@api.t.ghe.com/repos/o/r/releases/assets/12",
+      "https://LEAKME@api.t.ghe.com/repos/o/r/releases/assets/12",
+      "https://u:LEAKME@evil.example/repos/o/r/releases/assets/12",
+      "https://u:LEAKME@api.t.ghe.com/repos/o/x/releases/assets/12",
+      "https://u:LEAKME@[zz/repos/o/r/releases/assets/12",
+    ]
+  ) {
+    const got = assetUrlProblem(api, ref, url);
+    assert.ok(got !== null, url);
+    assert.doesNotMatch(got, /LEAKME/, url);
+    assert.match(got, /asset URL "?https:\/\/\*\*\*\*@/, url);
+  }
+});
+
 Deno.test("releaseApiOnPort() keeps an enterprise server's port; github.com's API has none", () => {
   const ghe = { kind: "enterprise" as const, base: "https://ghe.corp.example/api/v3" };
   assert.deepEqual(releaseApiOnPort(ghe, "8443"), {

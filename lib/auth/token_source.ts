@@ -6,6 +6,7 @@
  */
 import { CliError, maskSecret } from "../cli/mod.ts";
 import type { AuthEntry } from "./config.ts";
+import { jsonErrorWithoutText } from "./redact.ts";
 
 /** The resource id of the cloud-devops service in the vendor's directory. */
 export const CLOUD_DEVOPS_RESOURCE = "499b84ac-1321-427f-aa17-267ca6975798";
@@ -91,7 +92,8 @@ function readStaticToken(entry: AuthEntry): TokenResult {
   return { token: null, reason: "no token" };
 }
 
-interface Cached {
+/** An acquired token and when it expires (ms since the epoch). */
+export interface Cached {
   token: string;
   expiresAt: number;
 }
@@ -149,22 +151,62 @@ async function azToken(): Promise<Cached> {
       hint: "run: az login",
     });
   }
-  let parsed: { accessToken?: string; expires_on?: number | string; expiresOn?: string };
+  return azTokenFromOutput(new TextDecoder().decode(out.stdout), Date.now());
+}
+
+/**
+ * The token and its expiry in what `az account get-access-token --output json`
+ * printed. Throws a CliError for output that is not that JSON, never quoting
+ * it (it may hold the token). Pure.
+ *
+ * @example
+ * ```ts
+ * azTokenFromOutput('{"accessToken": "eyJ…", "expires_on": 4070908800}', Date.now());
+ * ```
+ */
+export function azTokenFromOutput(stdout: string, now: number): Cached {
+  let parsed: unknown;
   try {
-    parsed = JSON.parse(new TextDecoder().decode(out.stdout));
+    parsed = JSON.parse(stdout);
   } catch (err) {
-    throw new CliError("cloud-cli: az printed no JSON", { hint: "run: az login", cause: err });
+    throw new CliError("cloud-cli: az printed no JSON", {
+      hint: "run: az login",
+      cause: new SyntaxError(jsonErrorWithoutText(err)),
+    });
   }
-  if (!parsed.accessToken) {
-    throw new CliError("cloud-cli: az printed no accessToken", { hint: "run: az login" });
-  }
-  let expiresAt = Date.now() + 30 * 60_000;
-  if (parsed.expires_on !== undefined) expiresAt = Number(parsed.expires_on) * 1000;
-  else if (parsed.expiresOn) {
-    const t = Date.parse(parsed.expiresOn.replace(" ", "T"));
+  const fields = (typeof parsed === "object" && parsed !== null ? parsed : {}) as Record<
+    string,
+    unknown
+  >;
+  const token = acquiredToken("cloud-cli: az printed", "accessToken", fields.accessToken, {
+    hint: "run: az login",
+  });
+  let expiresAt = now + 30 * 60_000;
+  const epoch = Number(fields.expires_on);
+  if (fields.expires_on !== undefined && fields.expires_on !== "" && Number.isFinite(epoch)) {
+    expiresAt = epoch * 1000;
+  } else if (typeof fields.expiresOn === "string") {
+    const t = Date.parse(fields.expiresOn.replace(" ", "T"));
     if (!Number.isNaN(t)) expiresAt = t;
   }
-  return { token: parsed.accessToken, expiresAt };
+  return { token, expiresAt };
+}
+
+/**
+ * A token acquired from az or a token endpoint, as it is sent (trimmed, as
+ * a static one is); throws a CliError, without quoting it, when it is
+ * missing, not a string, or holds a character no header can carry.
+ */
+function acquiredToken(
+  from: string,
+  field: string,
+  value: unknown,
+  options: { hint: string },
+): string {
+  const token = typeof value === "string" ? trimToken(value) : "";
+  if (token === "") throw new CliError(`${from} no ${field}`, options);
+  if (unsendable(token)) throw new CliError(`${from} an ${field} that ${UNSENDABLE}`, options);
+  return token;
 }
 
 async function adToken(
@@ -209,8 +251,14 @@ async function adToken(
       { hint: `check tenant_id, client_id and the secret in $${entry.client_secret_env}` },
     );
   }
+  const token = acquiredToken(
+    `cloud-ad: ${authority} answered client ${entry.client_id} with`,
+    "access_token",
+    json.access_token,
+    { hint: "check authority_host" },
+  );
   const expiresIn = Number(json.expires_in ?? 3600);
-  return { token: json.access_token, expiresAt: Date.now() + expiresIn * 1000 };
+  return { token, expiresAt: Date.now() + (Number.isFinite(expiresIn) ? expiresIn : 3600) * 1000 };
 }
 
 /**

@@ -75,6 +75,9 @@ function cachedResponse(
     headers.delete("content-type");
     return new Response(null, { status: 304, headers });
   }
+  // Said here, not left to the server: the answer to a HEAD has no body, and its
+  // Content-Length must still be the GET's (RFC 9110 §8.6), not 0.
+  headers.set("Content-Length", String(hit.body.byteLength));
   return new Response(hit.body, { status: 200, headers });
 }
 

@@ -101,9 +101,11 @@ async function openStore(path: string, busyTimeoutMs?: number): Promise<Store> {
     if (path !== ":memory:") {
       made = await makeDirs(dirname(path), { mode: 0o700 });
       createdFile = await createPrivateFile(path);
-      if (!createdFile) await warnIfShared(path);
     }
-    return openSqliteStore(path, { busyTimeoutMs });
+    const store = openSqliteStore(path, { busyTimeoutMs });
+    // Only about a database it uses: a file it refuses gets its one line, not advice to chmod it.
+    if (path !== ":memory:" && !createdFile) await warnIfShared(path);
+    return store;
   } catch (err) {
     const newer = err instanceof RangeError; // a schema version newer than this forgekit's
     // A database that cannot be opened leaves no directory or file of ours
