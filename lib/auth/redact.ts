@@ -1,28 +1,26 @@
 /** What forgekit prints of a URL: never credentials it carries. Pure. */
+import { maskUrlSecrets } from "../cli/mod.ts";
 
 /**
  * A URL for messages and `-v` lines: a user name or password in it (such as
- * `https://x-access-token:TOKEN@github.com/…`) is shown as `****`.
+ * `https://x-access-token:TOKEN@github.com/…`) is shown as `****`, and so
+ * are secret query values and tokens ({@linkcode maskUrlSecrets}).
  *
  * @example
  * ```ts
- * redactUrl(new URL("https://x-access-token:ghp_abc@github.com/o/r"))
- * // "https://****@github.com/o/r"
+ * redactUrl(new URL("https://x-access-token:ghp_abc@github.com/o/r?access_token=t"))
+ * // "https://****@github.com/o/r?access_token=****"
  * ```
  */
 export function redactUrl(url: URL): string {
-  if (url.username === "" && url.password === "") return url.href;
-  const shown = new URL(url.href);
-  shown.username = "****";
-  shown.password = "";
-  return shown.href;
+  return maskUrlSecrets(url.href);
 }
 
 /**
  * Text the user gave as a URL, for messages, whether or not it parses:
  * everything between the scheme and the last `@` (a user name and password,
  * often a token) is shown as `****`. An `@` later in the text masks more
- * than needed, never less.
+ * than needed, never less. Secret query values and tokens are masked too.
  *
  * @example
  * ```ts
@@ -32,9 +30,9 @@ export function redactUrl(url: URL): string {
  */
 export function redactUrlText(text: string): string {
   const at = text.lastIndexOf("@");
-  if (at < 0) return text;
+  if (at < 0) return maskUrlSecrets(text);
   const start = /^[A-Za-z][A-Za-z0-9+.-]*:[/\\]+/.exec(text)?.[0].length ?? 0;
-  return `${text.slice(0, start)}****${text.slice(at)}`;
+  return maskUrlSecrets(`${text.slice(0, start)}****${text.slice(at)}`);
 }
 
 /**

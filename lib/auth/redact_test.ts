@@ -8,6 +8,10 @@ Deno.test("redactUrl() shows no user name or password and leaves the rest alone"
     ["https://ghp_secret@github.com/o/r", "https://****@github.com/o/r"],
     ["https://:ghp_secret@github.com/", "https://****@github.com/"],
     ["http://u:p@127.0.0.1:8080/a#f", "http://****@127.0.0.1:8080/a#f"],
+    [
+      "https://api.github.com/user?access_token=ghp_x&page=2",
+      "https://api.github.com/user?access_token=****&page=2",
+    ],
   ];
   for (const [url, want] of cases) assert.equal(redactUrl(new URL(url)), want, url);
 });
@@ -20,6 +24,7 @@ Deno.test("redactUrlText() masks what precedes the last @, whether or not the te
     ["u:tok@host", "****@host"],
     ["https://api.github.com/user", "https://api.github.com/user"],
     ["not a url", "not a url"],
+    ["https://exa mple.com/?token=t", "https://exa mple.com/?token=****"],
   ];
   for (const [text, want] of cases) assert.equal(redactUrlText(text), want, text);
 });

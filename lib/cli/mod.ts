@@ -10,3 +10,4 @@ export * from "./errors.ts";
 export * from "./fs.ts";
 export * from "./output.ts";
 export * from "./signals.ts";
+export * from "./url_secrets.ts";
