@@ -156,6 +156,29 @@ Deno.test("HEAD answers with the GET's ETag and Content-Length, and 304 to If-No
   }
 });
 
+Deno.test("answers vary by Authorization: a user's are private to caches, anonymous ones public", async () => {
+  const t = await setup(1);
+  try {
+    const path = "/repos/alice/app/pulls";
+    for (let round = 0; round < 2; round++) { // the second round comes from the response cache
+      const mine = await fetch(`${t.url}${path}`, {
+        headers: { authorization: `Bearer ${t.tok}` },
+      });
+      const anyone = await fetch(`${t.url}${path}`);
+      await mine.body?.cancel();
+      await anyone.body?.cancel();
+      for (const r of [mine, anyone]) {
+        assert.equal(r.status, 200);
+        assert.match(r.headers.get("vary") ?? "", /\bAuthorization\b/, `round ${round}`);
+      }
+      assert.equal(mine.headers.get("cache-control"), "private, max-age=60, s-maxage=60");
+      assert.equal(anyone.headers.get("cache-control"), "public, max-age=60, s-maxage=60");
+    }
+  } finally {
+    await t.close();
+  }
+});
+
 Deno.test("every pull request, listed, read or in a webhook, carries the same stack object, or null when standalone", async () => {
   const t = await setup(4);
   const got: { action: string; body: Record<string, unknown> }[] = [];

@@ -165,6 +165,13 @@ export function createApp(options: AppOptions): Hono<Env> {
     }
     // Hono answers HEAD with its GET route and drops the body afterwards: same ETag, same 304.
     if (c.req.method !== "GET" && c.req.method !== "HEAD") return await next();
+    // As GitHub: an answer depends on who asks, so no shared cache may give
+    // one user's answer to another (RFC 9111 §4.1, §5.2.2.7).
+    c.header("Vary", "Accept, Authorization, Cookie, Accept-Encoding");
+    c.header(
+      "Cache-Control",
+      `${c.get("user") ? "private" : "public"}, max-age=60, s-maxage=60`,
+    );
     const request = { id: requestId, ifNoneMatch: c.req.header("if-none-match"), apiVersion };
     const key = `${c.get("user")?.id ?? 0} ${c.req.url}`;
     const version = await options.store.dataVersion();
