@@ -381,6 +381,26 @@ Deno.test("a stack left with one pull request is listed as 1 PR", async () => {
   });
 });
 
+Deno.test("stack create with one pull request is a usage error, before any request", async () => {
+  let requests = 0;
+  const api = fakeApi(() => {
+    requests++;
+    return Response.json({}, { status: 422 });
+  });
+  try {
+    const r = await runForgekit(["stack", "create", "#5", "--repo", "o/r", "--api-url", api.url]);
+    assert.equal(r.code, 2, r.stderr);
+    assert.equal(
+      r.stderr,
+      "error: A stack needs at least two pull requests (got one: #5) " +
+        "(e.g. forgekit stack create 12 13 14 --repo o/r (bottom to top))\n",
+    );
+    assert.equal(requests, 0);
+  } finally {
+    await api.stop();
+  }
+});
+
 Deno.test("--timeout below a millisecond is a usage error, not a timeout of every request", async () => {
   await withForge("audit-timeout", async ({ env }) => {
     const r = await runForgekit(["stack", "list", "--repo", "alice/app", "--timeout", "0.0001"], {

@@ -578,10 +578,18 @@ async function create(args: string[]): Promise<number> {
   if (positionals.length === 0) {
     throw usageError("Missing the pull requests to stack", `e.g. ${CREATE_EXAMPLE}`);
   }
+  const prs = numbers(positionals, "A pull request number", CREATE_EXAMPLE);
+  // The server's rule, said before any request.
+  if (prs.length === 1) {
+    throw usageError(
+      `A stack needs at least two pull requests (got one: #${prs[0]})`,
+      `e.g. ${CREATE_EXAMPLE}`,
+    );
+  }
   const s = await client.expect("a stack", isStack, {
     method: "POST",
     path: `${repoPath}/stacks`,
-    body: { pull_requests: numbers(positionals, "A pull request number", CREATE_EXAMPLE) },
+    body: { pull_requests: prs },
   });
   if (json) printJson(s);
   else console.log(`created stack ${summary(s)}`);
