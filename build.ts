@@ -130,6 +130,16 @@ function parseBuildArgs(args: string[]) {
       throw usageError(`Unknown --target ${t}`, `use one of: ${TARGETS.join(", ")}`);
     }
   }
+  // Options that would be ignored: said, not dropped.
+  for (const name of ["target", "require-binaries"] as const) {
+    const given = name === "target" ? (values.target ?? []).length > 0 : values[name];
+    if (values["bundle-only"] && given) {
+      throw usageError(
+        `--${name} has no effect with --bundle-only (no binaries are built)`,
+        `drop --bundle-only or --${name}`,
+      );
+    }
+  }
   return values;
 }
 

@@ -72,6 +72,14 @@ Deno.test("build.ts refuses an unknown option or target in one line with exit 2,
       ["--target", "x86_64-linux"],
       /^error: Unknown --target x86_64-linux \(use one of: x86_64-unknown-linux-gnu, .+\)\n$/,
     ],
+    [
+      ["--bundle-only", "--target", "x86_64-unknown-linux-gnu"],
+      /^error: --target has no effect with --bundle-only \(no binaries are built\) \(drop --bundle-only or --target\)\n$/,
+    ],
+    [
+      ["--require-binaries", "--bundle-only"],
+      /^error: --require-binaries has no effect with --bundle-only/,
+    ],
   ];
   for (const [args, want] of cases) {
     const out = await new Deno.Command(Deno.execPath(), {
