@@ -115,3 +115,39 @@ export async function refuse(conn: ByteConn, response: Uint8Array, ms = 1000): P
     closeQuietly(conn);
   }
 }
+
+/**
+ * How long a half-closed tunnel (one side has ended) may pass no bytes the
+ * other way before both connections are closed: a client that gave up on
+ * a server that never answers must not hold two sockets for ever.
+ */
+export const HALF_CLOSED_LINGER_MS = 60_000;
+
+/**
+ * A tunnel's half-closed linger: once one direction has ended, the tunnel
+ * is closed (`closeBoth`) when no bytes have passed for `ms`. A tunnel with
+ * both directions open may stay idle.
+ */
+export class Linger {
+  #last = performance.now();
+  #watch: ReturnType<typeof setInterval> | undefined;
+
+  constructor(readonly ms: number, readonly closeBoth: () => void) {}
+
+  /** Bytes passed, either way. */
+  moved(): void {
+    this.#last = performance.now();
+  }
+
+  /** One direction has ended: silence from now on closes the tunnel. */
+  halfClosed(): void {
+    this.#watch ??= setInterval(() => {
+      if (performance.now() - this.#last >= this.ms) this.closeBoth();
+    }, Math.min(this.ms, 1000));
+  }
+
+  /** The tunnel is over. */
+  stop(): void {
+    clearInterval(this.#watch);
+  }
+}

@@ -19,6 +19,8 @@ import {
   type ByteConn,
   closeQuietly as close,
   concat,
+  HALF_CLOSED_LINGER_MS,
+  Linger,
   pump,
   readBefore,
   refuse,
@@ -74,13 +76,6 @@ function blockResponse(host: string, d: Decision): Uint8Array {
 }
 
 /**
- * How long a half-closed tunnel (one side has ended) may pass no bytes the
- * other way before both connections are closed: a client that gave up on
- * a server that never answers must not hold two sockets for ever.
- */
-export const HALF_CLOSED_LINGER_MS = 60_000;
-
-/**
  * Splices two connections both ways until both directions have ended, or
  * one has and the other stays silent for `lingerMs`; returns the bytes each
  * way.
@@ -92,28 +87,23 @@ export async function splice(
 ): Promise<{ out: number; in: number }> {
   let out = 0;
   let inn = 0;
-  let last = performance.now();
-  let watch: ReturnType<typeof setInterval> | undefined;
-  const halfClosed = () => {
-    watch ??= setInterval(() => {
-      if (performance.now() - last < lingerMs) return;
-      close(client);
-      close(upstream);
-    }, Math.min(lingerMs, 1000));
-  };
+  const linger = new Linger(lingerMs, () => {
+    close(client);
+    close(upstream);
+  });
   try {
     await Promise.all([
       pump(client, upstream, (n) => {
         out += n;
-        last = performance.now();
-      }).then(halfClosed),
+        linger.moved();
+      }).then(() => linger.halfClosed()),
       pump(upstream, client, (n) => {
         inn += n;
-        last = performance.now();
-      }).then(halfClosed),
+        linger.moved();
+      }).then(() => linger.halfClosed()),
     ]);
   } finally {
-    clearInterval(watch);
+    linger.stop();
   }
   close(client);
   close(upstream);

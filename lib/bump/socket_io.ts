@@ -6,7 +6,7 @@
  * @module
  */
 import type { Duplex } from "node:stream";
-import { closeQuietly, writeAll } from "./conn_io.ts";
+import { closeQuietly, HALF_CLOSED_LINGER_MS, Linger, writeAll } from "./conn_io.ts";
 
 /** Bytes queued before the socket is paused. */
 const HIGH_WATER = 256 * 1024;
@@ -310,26 +310,39 @@ export async function copyToSocket(
 
 /**
  * Copies both ways between a socket and a connection until both directions
- * ended (each end is passed on as a half-close), then closes the
- * connection. `buffered`: bytes already read from the connection. Returns the
- * bytes relayed each way: `out` from the socket, `in` to it.
+ * ended (each end is passed on as a half-close), or one has and the other
+ * passes no bytes for `lingerMs`, then closes the connection. `buffered`:
+ * bytes already read from the connection. Returns the bytes relayed each
+ * way: `out` from the socket, `in` to it.
  */
 export async function relay(
   io: SocketIo,
   conn: Deno.Conn,
   buffered: Uint8Array = new Uint8Array(0),
+  lingerMs = HALF_CLOSED_LINGER_MS,
 ): Promise<{ out: number; in: number }> {
   let out = 0;
   let inn = 0;
+  // As a spliced tunnel: a client gone from an origin that neither answers
+  // nor closes (or the reverse) must not hold two sockets and an origin
+  // connection's slot for ever. An idle relay with both sides open stays.
+  const linger = new Linger(lingerMs, () => {
+    io.destroy();
+    closeQuietly(conn);
+  });
   const toSocket = (async () => {
     try {
       if (buffered.byteLength) await io.write(buffered);
       inn = buffered.byteLength;
-      await copyToSocket(conn, io, Infinity, (n) => inn = buffered.byteLength + n);
+      await copyToSocket(conn, io, Infinity, (n) => {
+        inn = buffered.byteLength + n;
+        linger.moved();
+      });
     } catch {
       // either side went away
     }
     io.end();
+    linger.halfClosed();
   })();
   const toConn = (async () => {
     try {
@@ -338,13 +351,19 @@ export async function relay(
         if (chunk === null || chunk === "expired") break;
         await writeAll(conn, chunk);
         out += chunk.byteLength;
+        linger.moved();
       }
       await conn.closeWrite();
     } catch {
       // either side went away
     }
+    linger.halfClosed();
   })();
-  await Promise.all([toSocket, toConn]);
+  try {
+    await Promise.all([toSocket, toConn]);
+  } finally {
+    linger.stop();
+  }
   closeQuietly(conn);
   return { out, in: inn };
 }
