@@ -375,6 +375,41 @@ Deno.test("CONNECTs to many hosts that never send a ClientHello open few origin 
   }
 });
 
+Deno.test("a WebSocket handshake waiting for the origin connection opened at CONNECT ends once its client has gone", async () => {
+  // An upstream proxy that takes connections and never answers: the connection opened ahead
+  // stays pending (for up to the upstream proxy's 30 s), and the request waits for it.
+  const hang = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const held: Deno.Conn[] = [];
+  (async () => {
+    for await (const c of hang) held.push(c);
+  })().catch(() => {});
+  const f = await startBumpFront({
+    allowUrls: ALLOW,
+    upstreamCaCerts: [],
+    upstreamProxy: `http://127.0.0.1:${(hang.addr as Deno.NetAddr).port}`,
+  });
+  try {
+    const tls = await bumped(f, ["http/1.1"]);
+    // A WebSocket handshake: it goes over HTTP/1.1 whatever the connection opened ahead says.
+    await tls.write(enc.encode(
+      "GET /allowed/x HTTP/1.1\r\nHost: api.github.com\r\nConnection: Upgrade\r\n" +
+        "Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n" +
+        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+    ));
+    await new Promise((r) => setTimeout(r, 300));
+    tls.close();
+    assert(
+      await until(() => f.logs.some((e) => e.url === "https://api.github.com/allowed/x"), 3000),
+      "the request was not given up when its client went away",
+    );
+    assert.equal(f.logs.at(-1)?.reason, "cancelled by the client");
+  } finally {
+    hang.close();
+    closeAll(held);
+    await f.close();
+  }
+});
+
 Deno.test("the end-of-run summary keeps a bounded number of blocked hosts", () => {
   const tally = new BlockedTally();
   for (let i = 0; i < 50_000; i++) {

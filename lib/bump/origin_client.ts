@@ -588,10 +588,10 @@ export class OriginClient {
     // A pooled connection the origin has since closed fails before any
     // response byte: a body-less request is then retried once on a new one.
     for (let attempt = 0;; attempt++) {
-      const pooled = attempt === 0 && fresh === undefined
-        ? this.#takeIdle(key) ?? await this.#takeWarming(key)
-        : undefined;
       const { signal } = req;
+      const pooled = attempt === 0 && fresh === undefined
+        ? this.#takeIdle(key) ?? await this.#takeWarming(key, signal)
+        : undefined;
       const oc: OriginConn = pooled ?? fresh ??
         await this.#connect(req.host, req.port, key, signal);
       fresh = undefined;
@@ -840,10 +840,20 @@ export class OriginClient {
     this.#idleOrder.clear();
   }
 
-  async #takeWarming(key: string): Promise<OriginConn | undefined> {
+  /**
+   * The connection being opened ahead for `key`, once ready. A request given
+   * up meanwhile stops waiting at once; the connection then goes to the pool.
+   */
+  async #takeWarming(key: string, signal?: AbortSignal): Promise<OriginConn | undefined> {
     const pending = this.#warming.get(key);
     if (pending === undefined) return undefined;
     this.#warming.delete(key);
+    try {
+      await untilSettled(pending, signal);
+    } catch (err) {
+      pending.then((oc) => oc && this.#release(oc));
+      throw err;
+    }
     return (await pending) ?? undefined;
   }
 
