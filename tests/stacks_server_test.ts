@@ -329,11 +329,17 @@ Deno.test("forgekit stack list/view/create/add/unstack against the running serve
     const created = await fk(["create", "1", "2"]);
     assert.equal(created.code, 0, created.stderr);
     assert.match(created.stdout, /^created stack #1 {2}open {4}on main {2}2 PRs: #1 #2$/m);
-    const bad = await fk(["create", "3"]);
+    const one = await fk(["create", "3"]);
+    assert.equal(one.code, 2, "said before any request");
+    assert.match(one.stderr, /^error: A stack needs at least two pull requests \(got one: #3\)/);
+    // The server's own validation errors come through as they are.
+    const bad = await fk(["create", "3", "3"]);
     assert.equal(bad.code, 1);
-    assert.equal(
+    assert.match(
       bad.stderr,
-      `error: Validation Failed: Stack must contain at least two pull requests (POST ${s.url}/repos/alice/app/stacks returned 422)\n`,
+      new RegExp(
+        `^error: Validation Failed: .+ \\(POST ${s.url}/repos/alice/app/stacks returned 422\\)\n$`,
+      ),
     );
     const added = await fk(["add", "1", "3", "4", "--json"]);
     assert.deepEqual(
