@@ -96,14 +96,19 @@ export function tapStream(
   stream: ReadableStream<Uint8Array>,
   capture: BodyCapture,
 ): ReadableStream<Uint8Array> {
-  return stream.pipeThrough(
-    new TransformStream<Uint8Array, Uint8Array>({
-      transform(chunk, controller) {
-        capture.add(chunk);
-        controller.enqueue(chunk);
-      },
-    }),
-  );
+  // Read only as the tapped stream is (not piped, which reads a chunk
+  // ahead: a client's body would be asked for, and its 100 Continue sent,
+  // before the origin wants it). Errors and cancellation pass as they are.
+  const reader = stream.getReader();
+  return new ReadableStream<Uint8Array>({
+    async pull(controller) {
+      const r = await reader.read();
+      if (r.done) return controller.close();
+      capture.add(r.value);
+      controller.enqueue(r.value);
+    },
+    cancel: (reason) => reader.cancel(reason),
+  }, { highWaterMark: 0 });
 }
 
 /** The connection, with what is read from it copied into `capture`. */
@@ -165,7 +170,9 @@ export function maskHeaders(headers: [string, string][]): [string, string][] {
       ];
     }
     if (SECRET_HEADERS.has(n) || isSecretParam(n)) return [name, MASK];
-    return [name, maskTokens(value)];
+    // A URL in a field (`location` to a presigned download, `referer` with
+    // an OAuth code) is masked as the access log's URLs are.
+    return [name, maskUrlSecrets(value)];
   });
 }
 
@@ -174,9 +181,6 @@ function maskPair(pair: string): string {
   const eq = pair.indexOf("=");
   return eq === -1 ? pair : `${pair.slice(0, eq + 1)}${MASK}`;
 }
-
-/** A JSON string field, `"name": "value"` (escapes kept as written). */
-const JSON_STRING_FIELD = /"((?:[^"\\]|\\.)*)"(\s*:\s*)"((?:[^"\\]|\\.)*)"/g;
 
 /**
  * A text body with its credentials masked, as far as they can be told:
@@ -188,10 +192,50 @@ const JSON_STRING_FIELD = /"((?:[^"\\]|\\.)*)"(\s*:\s*)"((?:[^"\\]|\\.)*)"/g;
 export function maskBodyText(text: string, contentType: string): string {
   let out = maskTokens(text);
   if (/^application\/x-www-form-urlencoded\b/i.test(contentType.trim())) out = maskQuery(out);
-  return out.replace(
-    JSON_STRING_FIELD,
-    (all, name: string, colon: string) => isSecretParam(name) ? `"${name}"${colon}"${MASK}"` : all,
-  );
+  return maskJsonFields(out);
+}
+
+/** What may come between a JSON field's name and its string value. */
+const JSON_COLON = /\s*:\s*"/y;
+
+/**
+ * JSON string fields whose names read as secrets, masked (escapes kept as
+ * written). One pass over the strings, each read once from its opening
+ * quote: a regular expression restarting at every quote inside a long
+ * string of escaped quotes (JSON inside JSON, or a hostile origin's body)
+ * takes quadratic time, and this runs on the event loop for every logged
+ * body. A value cut short by the end of the kept bytes is masked too.
+ */
+function maskJsonFields(text: string): string {
+  let out = "";
+  let copied = 0;
+  for (let at = text.indexOf('"'); at !== -1;) {
+    const nameEnd = stringEnd(text, at);
+    if (nameEnd === -1) break;
+    JSON_COLON.lastIndex = nameEnd + 1;
+    if (!JSON_COLON.test(text)) {
+      at = text.indexOf('"', nameEnd + 1);
+      continue;
+    }
+    const valueStart = JSON_COLON.lastIndex - 1;
+    const valueEnd = stringEnd(text, valueStart);
+    if (isSecretParam(text.slice(at + 1, nameEnd))) {
+      out += `${text.slice(copied, valueStart + 1)}${MASK}`;
+      copied = valueEnd === -1 ? text.length : valueEnd;
+    }
+    at = valueEnd === -1 ? -1 : text.indexOf('"', valueEnd + 1);
+  }
+  return copied === 0 ? text : out + text.slice(copied);
+}
+
+/** The index of the quote that ends the JSON string opening at `start`, or -1. */
+function stringEnd(text: string, start: number): number {
+  for (let i = start + 1; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 0x5c) i++; // a backslash: the next character is escaped
+    else if (c === 0x22) return i;
+  }
+  return -1;
 }
 
 /** A body as logged. */

@@ -220,3 +220,64 @@ Deno.test("bytes passing after a capture was taken are counted, never held", () 
   assert.equal(c.bytes, 4);
   assert.equal(budget.take(4), true, "the budget is whole");
 });
+
+Deno.test("maskHeaders masks a URL's credentials in any field (a presigned Location, a Referer)", () => {
+  assert.deepEqual(
+    maskHeaders([
+      [
+        "location",
+        "https://objects.test/f?X-Amz-Credential=AK&X-Amz-Signature=ff&X-Amz-Expires=300",
+      ],
+      ["referer", "https://app.test/callback?code=c0de&state=s"],
+      ["link", '<https://api.test/r?page=2>; rel="next"'],
+    ]),
+    [
+      [
+        "location",
+        "https://objects.test/f?X-Amz-Credential=****&X-Amz-Signature=****&X-Amz-Expires=300",
+      ],
+      ["referer", "https://app.test/callback?code=****&state=s"],
+      ["link", '<https://api.test/r?page=2>; rel="next"'],
+    ],
+  );
+});
+
+Deno.test("maskBodyText takes linear time on escaped quotes (JSON inside JSON, a hostile origin)", () => {
+  // A regular expression restarted at each escaped quote of a string that
+  // is no field's value (an array of JSON texts) and read on to its end: a
+  // 64 KiB body held the event loop for about a second.
+  const bodies = [
+    `["${'{\\"a\\":\\"b\\",'.repeat(4 * 1024)}"]`,
+    `"${'\\"'.repeat(32 * 1024)}`,
+  ];
+  for (const body of bodies) {
+    const started = performance.now();
+    maskBodyText(body, "application/json");
+    const ms = performance.now() - started;
+    assert.ok(ms < 100, `${body.slice(0, 20)}…: ${ms.toFixed(0)} ms`);
+  }
+  // what it masks is unchanged, and a secret value cut short is masked too
+  assert.equal(
+    maskBodyText('{"payload":"{\\"password\\":\\"x\\"}","token" :"t","n":"v","secret":"cut', ""),
+    '{"payload":"{\\"password\\":\\"x\\"}","token" :"****","n":"v","secret":"****',
+  );
+});
+
+Deno.test("tapStream reads its source only as it is read (a request body is not asked for early)", async () => {
+  // The first pull of a client's body sends its 100 Continue: it must wait
+  // for the origin client to want the body.
+  let pulls = 0;
+  const source = new ReadableStream<Uint8Array>({
+    pull(ctl) {
+      pulls++;
+      ctl.enqueue(enc.encode("x"));
+    },
+  }, { highWaterMark: 0 });
+  const tapped = tapStream(source, new BodyCapture(new CaptureBudget()));
+  await new Promise((r) => setTimeout(r, 10));
+  assert.equal(pulls, 0);
+  const reader = tapped.getReader();
+  await reader.read();
+  assert.equal(pulls, 1);
+  await reader.cancel();
+});

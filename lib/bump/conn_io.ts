@@ -141,7 +141,12 @@ export class Linger {
 
   /** One direction has ended: silence from now on closes the tunnel. */
   halfClosed(): void {
-    this.#watch ??= setInterval(() => {
+    if (this.#watch !== undefined) return;
+    // Counted from the end, not from the last byte: a tunnel idle for longer
+    // than `ms` with both sides open would otherwise be closed at the first
+    // check (within a second), before the other side could answer the end.
+    this.#last = performance.now();
+    this.#watch = setInterval(() => {
       if (performance.now() - this.#last >= this.ms) this.closeBoth();
     }, Math.min(this.ms, 1000));
   }

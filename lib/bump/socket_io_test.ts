@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import net from "node:net";
 import process from "node:process";
 import { relay, SocketIo } from "./socket_io.ts";
+import { Linger } from "./conn_io.ts";
 
 Deno.test("many writes waiting on one slow socket raise no listener-leak warning", async () => {
   const warnings: string[] = [];
@@ -111,5 +112,20 @@ Deno.test("a relay whose origin has ended and whose client stays silent is close
     assert.notEqual(await within(r.clientEnded, 1000), "hung", "the client's connection ended");
   } finally {
     await r.close();
+  }
+});
+
+Deno.test("a linger counts its silence from the half-close, not from the last byte", async () => {
+  // Checked once a second for a 60 s linger: a tunnel idle for longer with
+  // both sides open was closed at the first check after one side ended.
+  let closed = false;
+  const linger = new Linger(1500, () => closed = true);
+  try {
+    await new Promise((resolve) => setTimeout(resolve, 1600)); // idle, both sides open
+    linger.halfClosed();
+    await new Promise((resolve) => setTimeout(resolve, 1200));
+    assert.equal(closed, false, "closed before its linger had passed since the half-close");
+  } finally {
+    linger.stop();
   }
 });

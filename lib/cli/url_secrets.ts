@@ -30,18 +30,34 @@ const SECRET_NAMES = new Set([
 ]);
 
 /** Parts of a parameter name that make its value a secret. */
-const SECRET_PARTS = /token|secret|passw|signature|credential|api_?key|private_?key/;
+const SECRET_PARTS = /token|secret|passw|signature|credential|api_?key|private_?key|sess(ion)?_?id/;
 
 /**
  * Token formats worth masking wherever they appear (a path too): GitHub's
  * tokens (`ghp_`, `gho_`, `ghu_`, `ghs_`, `ghr_`, `github_pat_`) and JWTs.
  * The prefix is kept: it says what kind of secret was there.
+ *
+ * A token starts where a word does, or right after a percent escape
+ * (`Bearer%20eyJ…`, `token%3Aghp_…`: `\b` would see no boundary there). The
+ * lookbehinds also keep the scan linear: a JWT is tried only where a run of
+ * its characters begins, never again at each `eyJ` inside a long run
+ * (`eyJ-eyJ-…`, quadratic on a 64 KiB URL).
  */
-const TOKEN_FORMATS =
-  /\b(gh[pousr]_|github_pat_)[A-Za-z0-9_]{16,}|\b(eyJ)[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*/g;
+const TOKEN_FORMATS = new RegExp(
+  "(?<=^|[^A-Za-z0-9]|%[0-9A-Fa-f]{2})(gh[pousr]_|github_pat_)[A-Za-z0-9_]{16,}" +
+    "|(?<=^|[^A-Za-z0-9_-]|%[0-9A-Fa-f]{2})(eyJ)[A-Za-z0-9_-]{8,}\\.[A-Za-z0-9_-]{8,}\\.[A-Za-z0-9_-]*",
+  "g",
+);
 
 /** Whether a URL may need masking at all (most do not: this is the fast path). */
-const MAY_HOLD = /[?@]|gh[pousr]_|github_pat_|eyJ/;
+const MAY_HOLD = /[?#@]|gh[pousr]_|github_pat_|eyJ/;
+
+/**
+ * What separates parameters: `&`, and `;` (which many servers take as `&`),
+ * `?` and `#` too, so that a second `?` or a fragment
+ * (`#access_token=…`, OAuth's implicit grant) is masked as the query is.
+ */
+const PARAM_SEPARATOR = /([&;?#])/;
 
 /** Whether a query parameter's value is a secret, from its (raw) name. */
 export function isSecretParam(rawName: string): boolean {
@@ -79,23 +95,24 @@ export function maskUrlSecrets(url: string): string {
     const at = authority.lastIndexOf("@");
     if (at !== -1) out = `${out.slice(0, start)}${MASK}${out.slice(start + at)}`;
   }
-  const q = out.indexOf("?");
+  // The query and the fragment, read alike.
+  const q = out.search(/[?#]/);
   if (q === -1) return out;
-  const hash = out.indexOf("#", q);
-  const query = hash === -1 ? out.slice(q + 1) : out.slice(q + 1, hash);
-  return `${out.slice(0, q + 1)}${maskQuery(query)}${hash === -1 ? "" : out.slice(hash)}`;
+  return `${out.slice(0, q + 1)}${maskQuery(out.slice(q + 1))}`;
 }
 
 /**
  * A query string (or an `application/x-www-form-urlencoded` body) with the
- * values of secret parameters masked: `a=1&token=****`.
+ * values of secret parameters masked: `a=1&token=****` (also after a `;`,
+ * `?` or `#`, {@linkcode PARAM_SEPARATOR}).
  */
 export function maskQuery(query: string): string {
-  return query.split("&").map((pair) => {
+  // Separators at odd indices, kept as written.
+  return query.split(PARAM_SEPARATOR).map((pair, i) => {
     const eq = pair.indexOf("=");
-    if (eq === -1 || eq === pair.length - 1 || !isSecretParam(pair.slice(0, eq))) return pair;
-    return `${pair.slice(0, eq + 1)}${MASK}`;
-  }).join("&");
+    if (i % 2 === 1 || eq === -1 || eq === pair.length - 1) return pair;
+    return isSecretParam(pair.slice(0, eq)) ? `${pair.slice(0, eq + 1)}${MASK}` : pair;
+  }).join("");
 }
 
 /** Text with GitHub tokens and JWTs masked wherever they appear, their prefix kept. */

@@ -33,8 +33,19 @@ Deno.test("maskUrlSecrets masks the credentials a URL carries and keeps the rest
     // an empty value, a name without a value, a malformed escape
     ["https://x.test/t?token=&token", ""],
     ["https://x.test/t?%E0token=v", "https://x.test/t?%E0token=****"],
-    // the fragment is kept apart from the query
-    ["https://x.test/t?sig=abc#sig=frag", "https://x.test/t?sig=****#sig=frag"],
+    // the fragment ends the query's last value, and is read as a query too
+    // (OAuth's implicit grant returns `#access_token=…`)
+    ["https://x.test/t?sig=abc#sig=frag", "https://x.test/t?sig=****#sig=****"],
+    ["https://x.test/cb#access_token=t&state=s", "https://x.test/cb#access_token=****&state=s"],
+    ["https://x.test/blob/main/a.ts#L10-L20", ""],
+    // `;` separates parameters for many servers, and a second `?` is no value of ours to show
+    ["https://x.test/t?a=1;access_token=t;b=2", "https://x.test/t?a=1;access_token=****;b=2"],
+    ["https://x.test/t?a=1?access_token=t", "https://x.test/t?a=1?access_token=****"],
+    ["https://x.test/t?a=what?&b=c;", ""],
+    [
+      "https://x.test/t?JSESSIONID=s&PHPSESSID=p",
+      "https://x.test/t?JSESSIONID=****&PHPSESSID=****",
+    ],
     // tokens in a path, and JWTs
     [
       "https://x.test/hook/ghp_0123456789abcdefABCDEF0123/send",
@@ -48,6 +59,17 @@ Deno.test("maskUrlSecrets masks the credentials a URL carries and keeps the rest
       "https://x.test/a?state=eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.c2lnbmF0dXJl",
       "https://x.test/a?state=eyJ****",
     ],
+    // a token right after a percent escape or a `_`, where `\b` sees no word start
+    [
+      "https://x.test/a?h=Authorization%3A%20token%20ghp_0123456789abcdefABCDEF0123",
+      "https://x.test/a?h=Authorization%3A%20token%20ghp_****",
+    ],
+    [
+      "https://x.test/a?h=Bearer%20eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.c2lnbmF0dXJl",
+      "https://x.test/a?h=Bearer%20eyJ****",
+    ],
+    ["https://x.test/a/x_ghp_0123456789abcdefABCDEF0123", "https://x.test/a/x_ghp_****"],
+    ["https://x.test/a/sighp_0123456789abcdefABCDEF0123", ""],
     // user information
     ["https://x-access-token:ghp_abc@github.com/o/r.git", "https://****@github.com/o/r.git"],
     ["http://u:p@proxy.test:8080/?x=1", "http://****@proxy.test:8080/?x=1"],
@@ -74,4 +96,20 @@ Deno.test("isSecretParam decides by the parameter's name", () => {
     ["keyword", false],
   ];
   for (const [name, want] of cases) assert.equal(isSecretParam(name), want, name);
+});
+
+Deno.test("maskUrlSecrets takes linear time on a long URL (it runs once per logged request)", () => {
+  // Each `eyJ` in one long run of JWT characters was tried again to the
+  // run's end: 64 KiB took about a second, on the event loop, per request.
+  const urls = [
+    `https://x.test/?q=${"eyJ-".repeat(16 * 1024)}`,
+    `https://x.test/?q=${"%20eyJaaaaaaaaa.".repeat(4 * 1024)}`,
+    `https://x.test/?${"a=1;".repeat(16 * 1024)}`,
+  ];
+  for (const url of urls) {
+    const started = performance.now();
+    maskUrlSecrets(url);
+    const ms = performance.now() - started;
+    assert.ok(ms < 100, `${url.slice(0, 30)}…: ${ms.toFixed(0)} ms`);
+  }
 });
