@@ -174,6 +174,10 @@ Deno.test("answers vary by Authorization: a user's are private to caches, anonym
       assert.equal(mine.headers.get("cache-control"), "private, max-age=60, s-maxage=60");
       assert.equal(anyone.headers.get("cache-control"), "public, max-age=60, s-maxage=60");
     }
+    const missing = await fetch(`${t.url}/repos/alice/nothing/pulls`);
+    await missing.body?.cancel();
+    assert.equal(missing.status, 404);
+    assert.equal(missing.headers.get("cache-control"), null, "errors are not for caches");
   } finally {
     await t.close();
   }

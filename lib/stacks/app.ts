@@ -168,10 +168,6 @@ export function createApp(options: AppOptions): Hono<Env> {
     // As GitHub: an answer depends on who asks, so no shared cache may give
     // one user's answer to another (RFC 9111 §4.1, §5.2.2.7).
     c.header("Vary", "Accept, Authorization, Cookie, Accept-Encoding");
-    c.header(
-      "Cache-Control",
-      `${c.get("user") ? "private" : "public"}, max-age=60, s-maxage=60`,
-    );
     const request = { id: requestId, ifNoneMatch: c.req.header("if-none-match"), apiVersion };
     const key = `${c.get("user")?.id ?? 0} ${c.req.url}`;
     const version = await options.store.dataVersion();
@@ -182,6 +178,11 @@ export function createApp(options: AppOptions): Hono<Env> {
     }
     await next();
     if (c.res.status === 200) {
+      // Errors are not for caches to keep.
+      c.res.headers.set(
+        "Cache-Control",
+        `${c.get("user") ? "private" : "public"}, max-age=60, s-maxage=60`,
+      );
       const body = new Uint8Array(await c.res.arrayBuffer());
       const entry: CachedResponse = {
         version,
