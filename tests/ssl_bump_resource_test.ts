@@ -348,17 +348,29 @@ Deno.test("an HTTP/2 request body that stops coming is given up after the stall 
   }
 });
 
-Deno.test("CONNECTs to many hosts that never send a ClientHello open few origin connections", async () => {
-  // An upstream proxy that takes connections and never answers: each dial stays pending.
+/** An upstream proxy that takes connections and never answers: each dial through it stays pending. */
+function hangingProxy(): { url: string; held: Deno.Conn[]; close(): void } {
   const hang = Deno.listen({ hostname: "127.0.0.1", port: 0 });
   const held: Deno.Conn[] = [];
   (async () => {
     for await (const c of hang) held.push(c);
   })().catch(() => {});
+  return {
+    url: `http://127.0.0.1:${hang.addr.port}`,
+    held,
+    close() {
+      hang.close();
+      closeAll(held);
+    },
+  };
+}
+
+Deno.test("CONNECTs to many hosts that never send a ClientHello open few origin connections", async () => {
+  const hang = hangingProxy();
   const f = await startBumpFront({
     allowUrls: ALLOW,
     upstreamCaCerts: [],
-    upstreamProxy: `http://127.0.0.1:${(hang.addr as Deno.NetAddr).port}`,
+    upstreamProxy: hang.url,
   });
   const conns: Deno.Conn[] = [];
   try {
@@ -366,27 +378,22 @@ Deno.test("CONNECTs to many hosts that never send a ClientHello open few origin 
       conns.push(await connectThrough(f as BumpFixture, `h${i}.github.com`));
     }
     await new Promise((r) => setTimeout(r, 1000));
-    assert(held.length <= MAX_WARMING, `${held.length} origin connections opened`);
+    assert(hang.held.length <= MAX_WARMING, `${hang.held.length} origin connections opened`);
   } finally {
     closeAll(conns);
     hang.close();
-    closeAll(held);
     await f.close();
   }
 });
 
 Deno.test("a WebSocket handshake waiting for the origin connection opened at CONNECT ends once its client has gone", async () => {
-  // An upstream proxy that takes connections and never answers: the connection opened ahead
-  // stays pending (for up to the upstream proxy's 30 s), and the request waits for it.
-  const hang = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const held: Deno.Conn[] = [];
-  (async () => {
-    for await (const c of hang) held.push(c);
-  })().catch(() => {});
+  // The connection opened ahead stays pending (for up to the upstream proxy's 30 s), and the
+  // request waits for it.
+  const hang = hangingProxy();
   const f = await startBumpFront({
     allowUrls: ALLOW,
     upstreamCaCerts: [],
-    upstreamProxy: `http://127.0.0.1:${(hang.addr as Deno.NetAddr).port}`,
+    upstreamProxy: hang.url,
   });
   try {
     const tls = await bumped(f, ["http/1.1"]);
@@ -405,7 +412,6 @@ Deno.test("a WebSocket handshake waiting for the origin connection opened at CON
     assert.equal(f.logs.at(-1)?.reason, "cancelled by the client");
   } finally {
     hang.close();
-    closeAll(held);
     await f.close();
   }
 });
