@@ -758,6 +758,22 @@ Deno.test("firewall: each run's default log directory is new and private; a link
     );
     assert.equal(await Deno.readTextFile(`${dir}/victim`), "precious\n");
     assert.equal(await exists(`${dir}/ran`), false, "the command never started");
+
+    // So is the bodies log (--log-bodies).
+    await Deno.remove(`${dir}/logs/access.log`);
+    await Deno.symlink(`${dir}/victim`, `${dir}/logs/bodies.jsonl`);
+    const b = await runForgekit(
+      ["firewall", "--no-sandbox", "--allow-domains", "x.example", "--ssl-bump", "--log-bodies"]
+        .concat(["--log-dir", `${dir}/logs`, "--", "sh", "-c", "echo ran > " + `${dir}/ran`]),
+    );
+    assert.equal(b.code, 2, b.stderr);
+    assert.equal(
+      b.stderr,
+      `error: Cannot open the bodies log: ${dir}/logs/bodies.jsonl is a symbolic link ` +
+        "(remove it or choose another --log-dir)\n",
+    );
+    assert.equal(await Deno.readTextFile(`${dir}/victim`), "precious\n");
+    assert.equal(await exists(`${dir}/ran`), false, "the command never started");
   } finally {
     for (const d of [...dirs, dir]) await Deno.remove(d, { recursive: true }).catch(() => {});
   }

@@ -27,12 +27,7 @@ export class LineFile<T> {
     this.#toLine = toLine;
   }
 
-  /** Whether {@linkcode LineFile.close} was called: later items are dropped. */
-  get closed(): boolean {
-    return this.#closed;
-  }
-
-  /** Queues one item's line. */
+  /** Queues one item's line (dropped once {@linkcode LineFile.close} was called). */
   push(item: T): void {
     if (this.#closed) return;
     this.#pending.push(item);
