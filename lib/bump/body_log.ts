@@ -169,7 +169,8 @@ export function maskHeaders(headers: [string, string][]): [string, string][] {
         semi === -1 ? maskPair(value) : `${maskPair(value.slice(0, semi))}${value.slice(semi)}`,
       ];
     }
-    if (SECRET_HEADERS.has(n) || isSecretParam(n)) return [name, MASK];
+    // `…-key` fields are keys (`x-functions-key`, `ocp-apim-subscription-key`).
+    if (SECRET_HEADERS.has(n) || isSecretParam(n) || n.endsWith("-key")) return [name, MASK];
     // A URL in a field (`location` to a presigned download, `referer` with
     // an OAuth code) is masked as the access log's URLs are.
     return [name, maskUrlSecrets(value)];

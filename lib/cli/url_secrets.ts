@@ -50,7 +50,10 @@ const TOKEN_FORMATS = new RegExp(
 );
 
 /** Whether a URL may need masking at all (most do not: this is the fast path). */
-const MAY_HOLD = /[?#@]|gh[pousr]_|github_pat_|eyJ/;
+const MAY_HOLD = /[?#@;]|gh[pousr]_|github_pat_|eyJ/;
+
+/** A path parameter, `;name=value` (`;jsessionid=…`), up to the next `;`, `/`, `?` or `#`. */
+const PATH_PARAM = /;([^=;/?#]*)=([^;/?#]*)/g;
 
 /**
  * What separates parameters: `&`, and `;` (which many servers take as `&`),
@@ -95,10 +98,16 @@ export function maskUrlSecrets(url: string): string {
     const at = authority.lastIndexOf("@");
     if (at !== -1) out = `${out.slice(0, start)}${MASK}${out.slice(start + at)}`;
   }
-  // The query and the fragment, read alike.
+  // The query and the fragment, read alike; before them, path parameters.
   const q = out.search(/[?#]/);
-  if (q === -1) return out;
-  return `${out.slice(0, q + 1)}${maskQuery(out.slice(q + 1))}`;
+  const path = q === -1 ? out : out.slice(0, q);
+  const shown = path.includes(";")
+    ? path.replace(
+      PATH_PARAM,
+      (all, name: string) => isSecretParam(name) ? `;${name}=${MASK}` : all,
+    )
+    : path;
+  return q === -1 ? shown : `${shown}${out[q]}${maskQuery(out.slice(q + 1))}`;
 }
 
 /**

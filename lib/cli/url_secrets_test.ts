@@ -70,6 +70,12 @@ Deno.test("maskUrlSecrets masks the credentials a URL carries and keeps the rest
     ],
     ["https://x.test/a/x_ghp_0123456789abcdefABCDEF0123", "https://x.test/a/x_ghp_****"],
     ["https://x.test/a/sighp_0123456789abcdefABCDEF0123", ""],
+    // path parameters
+    [
+      "https://shop.test/cart;jsessionid=ABC123/item;v=2?x=1",
+      "https://shop.test/cart;jsessionid=****/item;v=2?x=1",
+    ],
+    ["https://x.test/a;b/c", ""],
     // user information
     ["https://x-access-token:ghp_abc@github.com/o/r.git", "https://****@github.com/o/r.git"],
     ["http://u:p@proxy.test:8080/?x=1", "http://****@proxy.test:8080/?x=1"],
