@@ -6,7 +6,9 @@
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { type BumpFixture, curl, startBumpFixture } from "./support/bump.ts";
+import { type BumpFront, curl, startBumpFixture } from "./support/bump.ts";
+import { hasH2Python, request, runH2, stream } from "./support/h2_client.ts";
+import { startH2Origin } from "./support/h2_origin.ts";
 import { RawH1 as Raw } from "./support/raw_h1.ts";
 import { until } from "./support/until.ts";
 import type { BodyLogRecord } from "../lib/bump/body_log.ts";
@@ -20,7 +22,7 @@ async function sha256(bytes: Uint8Array): Promise<string> {
 }
 
 /** The bodies log's records, once there are `n` of them. */
-async function records(f: BumpFixture, n: number): Promise<BodyLogRecord[]> {
+async function records(f: BumpFront, n: number): Promise<BodyLogRecord[]> {
   const path = join(f.sessionDir, "bodies.jsonl");
   const read = () => {
     try {
@@ -144,4 +146,90 @@ Deno.test("with --log-bodies a chunked body that breaks its framing is still a 4
     c.close();
     await f.close();
   }
+});
+
+Deno.test("a streamed response is logged once it has passed whole: all its bytes counted, the cut said", async () => {
+  // 400 KB in four pieces of unknown total length (chunked over HTTP/1.1),
+  // read by a slow client: the origin's side ends while the last pieces are
+  // still on their way to the client, and the line must wait for them.
+  const piece = new TextEncoder().encode("y".repeat(100_000));
+  const f = await startBumpFixture(ALLOW, () => {
+    let sent = 0;
+    return new Response(
+      new ReadableStream({
+        pull(c) {
+          if (sent++ < 4) c.enqueue(piece);
+          else c.close();
+        },
+      }),
+    );
+  }, { logBodies: true });
+  try {
+    for (const http of ["--http1.1", "--http2"]) {
+      const got = await curl(f, [
+        http,
+        "--limit-rate",
+        "1M",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{size_download}",
+        "https://api.github.com/allowed/stream",
+      ]);
+      assert.equal(got.out, "400000", http);
+    }
+    const rs = await records(f, 2);
+    for (const r of rs) {
+      assert.deepEqual(
+        [r.response!.body_bytes, r.response!.body_truncated, r.response!.body.length],
+        [400_000, true, 64 * 1024],
+      );
+    }
+  } finally {
+    await f.close();
+  }
+});
+
+Deno.test({
+  name: "trailers are logged with their message, masked like headers (gRPC's status is in them)",
+  ignore: !hasH2Python(),
+  fn: async () => {
+    const f = await startH2Origin({ logBodies: true });
+    try {
+      const r = await runH2(f, {
+        steps: [
+          {
+            op: "headers",
+            stream: 1,
+            headers: request("/allowed/echo", "POST", [["te", "trailers"]]),
+            end: false,
+          },
+          { op: "data", stream: 1, text: "abc" },
+          {
+            op: "headers",
+            stream: 1,
+            headers: [["x-req-checksum", "9001"], ["x-api-key", "SEKRIT1"]],
+            end: true,
+          },
+          { op: "wait", streams: [1] },
+        ],
+      });
+      assert.deepEqual(stream(r, 1).trailers, [["x-echo", "done"]]);
+      const [rec] = await records(f, 1);
+      assert.deepEqual(rec.request.trailers, [["x-req-checksum", "9001"], ["x-api-key", "****"]]);
+      assert.deepEqual(rec.response!.trailers, [["x-echo", "done"]]);
+      // Messages without trailers have no such field.
+      const plain = await curl(f, [
+        "--http2",
+        "-o",
+        "/dev/null",
+        "https://api.github.com/allowed/x",
+      ]);
+      assert.equal(plain.code, 0);
+      const [, rec2] = await records(f, 2);
+      assert.deepEqual([rec2.request.trailers, rec2.response!.trailers], [undefined, undefined]);
+    } finally {
+      await f.close();
+    }
+  },
 });

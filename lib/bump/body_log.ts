@@ -50,10 +50,24 @@ export class BodyCapture {
   #cut = false;
   #budget: CaptureBudget;
   #limit: number;
+  #passed = Promise.withResolvers<void>();
 
   constructor(budget: CaptureBudget, limit = BODY_LOG_LIMIT) {
     this.#budget = budget;
     this.#limit = limit;
+  }
+
+  /**
+   * Settled once no more of the body will pass: a tapped stream that ended,
+   * failed or was cancelled, or a body captured whole ({@linkcode tapResponse}).
+   */
+  get passed(): Promise<void> {
+    return this.#passed.promise;
+  }
+
+  /** Says that no more of the body will pass. */
+  end(): void {
+    this.#passed.resolve();
   }
 
   add(chunk: Uint8Array): void {
@@ -102,12 +116,24 @@ export function tapStream(
   const reader = stream.getReader();
   return new ReadableStream<Uint8Array>({
     async pull(controller) {
-      const r = await reader.read();
-      if (r.done) return controller.close();
+      let r: ReadableStreamReadResult<Uint8Array>;
+      try {
+        r = await reader.read();
+      } catch (e) {
+        capture.end();
+        throw e;
+      }
+      if (r.done) {
+        capture.end();
+        return controller.close();
+      }
       capture.add(r.value);
       controller.enqueue(r.value);
     },
-    cancel: (reason) => reader.cancel(reason),
+    cancel: (reason) => {
+      capture.end();
+      return reader.cancel(reason);
+    },
   }, { highWaterMark: 0 });
 }
 
@@ -129,7 +155,11 @@ export function tapConn(conn: Deno.Conn, capture: BodyCapture): Deno.Conn {
 
 /**
  * Taps a response's body, whichever way it comes: whole, as a stream, or
- * sized (its first bytes, then read off the origin connection).
+ * sized (its first bytes, then read off the origin connection). The
+ * capture has passed at once unless the body is a stream: a sized body is
+ * read off the connection before the response's end is told, but a stream
+ * is read by the client's side after the origin's side has ended (the
+ * origin stream reads ahead of it), so its last bytes pass later.
  */
 export function tapResponse(
   response: { body: Uint8Array | ReadableStream<Uint8Array> | null; sized?: BumpReply["sized"] },
@@ -141,6 +171,7 @@ export function tapResponse(
     capture.add(response.sized.buffered);
     response.sized = { ...response.sized, conn: tapConn(response.sized.conn, capture) };
   }
+  if (!(response.body instanceof ReadableStream)) capture.end();
   return capture;
 }
 
@@ -249,6 +280,11 @@ export interface LoggedBody {
   body_bytes: number;
   /** Bytes were left out ({@linkcode BODY_LOG_LIMIT}, or the budget). */
   body_truncated: boolean;
+  /**
+   * The trailer fields that ended the body (HTTP/2: gRPC's status), masked
+   * as headers; absent when none came.
+   */
+  trailers?: [string, string][];
 }
 
 const utf8 = new TextDecoder("utf-8", { fatal: true });
@@ -267,9 +303,14 @@ function asText(data: Uint8Array, truncated: boolean): string | null {
 
 /**
  * How a body is logged: as masked text when it is UTF-8 and not
- * content-encoded (gzip and the like are logged as they went, base64).
+ * content-encoded (gzip and the like are logged as they went, base64),
+ * with the trailers that ended it, if any.
  */
-export function loggedBody(headers: [string, string][], capture: BodyCapture): LoggedBody {
+export function loggedBody(
+  headers: [string, string][],
+  capture: BodyCapture,
+  trailers: [string, string][] | null = null,
+): LoggedBody {
   const field = (name: string) => headers.find(([k]) => k.toLowerCase() === name)?.[1] ?? "";
   const { data, truncated } = capture.take();
   const coding = field("content-encoding").trim().toLowerCase();
@@ -282,6 +323,7 @@ export function loggedBody(headers: [string, string][], capture: BodyCapture): L
     body_encoding: text === null ? "base64" : "utf-8",
     body_bytes: capture.bytes,
     body_truncated: truncated,
+    ...(trailers?.length ? { trailers: maskHeaders(trailers) } : {}),
   };
 }
 

@@ -369,7 +369,7 @@ export class Interceptor {
           method,
           url: allowed.sentUrl,
           status,
-          request: loggedBody(headers, sent!),
+          request: loggedBody(headers, sent!, trailers?.() ?? null),
           response,
         }));
     try {
@@ -420,7 +420,14 @@ export class Interceptor {
           ...(whole ? {} : { reason: "the response did not reach the client whole" }),
         }),
       );
-      if (received) logBodies?.(upstream.status, loggedBody(upstream.headers, received));
+      // A streamed body may still be on its way to the client (the origin's
+      // side reads ahead): its line waits until all of it has passed the tap.
+      received?.passed.then(() =>
+        logBodies?.(
+          upstream.status,
+          loggedBody(upstream.headers, received, upstream.trailers?.() ?? null),
+        )
+      );
     });
     return upstream;
   }

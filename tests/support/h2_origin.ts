@@ -58,6 +58,8 @@ export interface H2OriginOptions {
   /** Connections are accepted, but their TLS handshake is never answered. */
   stallTls?: boolean;
   allowUrls?: string[];
+  /** `--log-bodies`: the front writes `bodies.jsonl` in its session directory. */
+  logBodies?: boolean;
 }
 
 /** Starts the origin, a test proxy routing api.github.com:443 to it, and a bump front. */
@@ -113,6 +115,7 @@ export async function startH2Origin(options: H2OriginOptions = {}): Promise<H2Or
     allowUrls: options.allowUrls ?? ["https://api.github.com/allowed/*"],
     upstreamCaCerts: [ca.cert],
     upstreamProxy: proxy.url,
+    logBodies: options.logBodies,
   });
   let killed = false;
   const kill = async () => {
