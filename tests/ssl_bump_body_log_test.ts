@@ -142,6 +142,11 @@ Deno.test("with --log-bodies a chunked body that breaks its framing is still a 4
     assert.equal(dec.decode(r.body), "Bad request: a chunk not followed by CRLF\n");
     const [rec] = await records(f, 1);
     assert.deepEqual([rec.method, rec.status, rec.response], ["POST", 400, null]);
+    assert.equal(
+      rec.reason,
+      "bad request body: a chunk not followed by CRLF",
+      "as in the access log",
+    );
   } finally {
     c.close();
     await f.close();

@@ -223,8 +223,28 @@ function maskPair(pair: string): string {
  */
 export function maskBodyText(text: string, contentType: string): string {
   let out = maskTokens(text);
-  if (/^application\/x-www-form-urlencoded\b/i.test(contentType.trim())) out = maskQuery(out);
+  const type = contentType.trim();
+  if (/^application\/x-www-form-urlencoded\b/i.test(type)) out = maskQuery(out);
+  const boundary = /^multipart\/form-data\b.*;\s*boundary="?([^";]+)"?/i.exec(type)?.[1];
+  if (boundary) out = maskMultipart(out, boundary);
   return maskJsonFields(out);
+}
+
+/**
+ * The values of multipart form fields whose names read as secrets
+ * (`curl -F password=…`), masked; one pass, split at the boundary.
+ */
+function maskMultipart(text: string, boundary: string): string {
+  const delimiter = `--${boundary}`;
+  return text.split(delimiter).map((part, i) => {
+    const headEnd = part.indexOf("\r\n\r\n");
+    if (i === 0 || headEnd === -1) return part;
+    const name = /\bname="([^"]*)"/i.exec(part.slice(0, headEnd))?.[1];
+    if (name === undefined || !isSecretParam(name)) return part;
+    // The value runs to the line break before the next delimiter, or to the end of what was kept.
+    const valueEnd = part.endsWith("\r\n") ? part.length - 2 : part.length;
+    return `${part.slice(0, headEnd + 4)}${MASK}${part.slice(valueEnd)}`;
+  }).join(delimiter);
 }
 
 /** What may come between a JSON field's name and its string value. */
@@ -337,6 +357,12 @@ export interface BodyLogRecord {
   request: LoggedBody;
   /** Null when no response came from the origin. */
   response: LoggedBody | null;
+  /**
+   * As in the access log, when the exchange did not go through whole: the
+   * client cancelled, its body broke its framing, the origin failed, or the
+   * response did not reach the client whole.
+   */
+  reason?: string;
 }
 
 function bodyLine(r: BodyLogRecord): string {

@@ -105,6 +105,20 @@ Deno.test("maskBodyText masks secret JSON and form fields and tokens, even in a 
       "grant_type=refresh&refresh_token=****&scope=repo",
     ],
     ["grant_type=x&token=t", "text/plain", "grant_type=x&token=t"],
+    [
+      '--XyZ\r\nContent-Disposition: form-data; name="user"\r\n\r\nu\r\n' +
+      '--XyZ\r\nContent-Disposition: form-data; name="password"\r\n\r\np@ss\r\n' +
+      '--XyZ\r\nContent-Disposition: form-data; name="f"; filename="token.txt"\r\n\r\ndata\r\n--XyZ--\r\n',
+      'multipart/form-data; boundary="XyZ"',
+      '--XyZ\r\nContent-Disposition: form-data; name="user"\r\n\r\nu\r\n' +
+      '--XyZ\r\nContent-Disposition: form-data; name="password"\r\n\r\n****\r\n' +
+      '--XyZ\r\nContent-Disposition: form-data; name="f"; filename="token.txt"\r\n\r\ndata\r\n--XyZ--\r\n',
+    ],
+    [
+      '--b\r\nContent-Disposition: form-data; name="client_secret"\r\n\r\nshh, cut sh',
+      "multipart/form-data; boundary=b",
+      '--b\r\nContent-Disposition: form-data; name="client_secret"\r\n\r\n****',
+    ],
     ["key: ghp_0123456789abcdefABCDEF0\n", "text/plain", "key: ghp_****\n"],
     [
       '{"state":"open","title":"token rotation"}',

@@ -363,7 +363,7 @@ export class Interceptor {
     if (sent && body) body = tapStream(body, sent);
     // The bodies log's line, written with the access log's.
     const logBodies = bodies &&
-      ((status: number | null, response: LoggedBody | null) =>
+      ((status: number | null, response: LoggedBody | null, reason?: string) =>
         bodies.write({
           time: logTime(),
           method,
@@ -371,6 +371,7 @@ export class Interceptor {
           status,
           request: loggedBody(headers, sent!, trailers?.() ?? null),
           response,
+          ...(reason === undefined ? {} : { reason }),
         }));
     try {
       upstream = await this.#opts.origins.request({
@@ -395,7 +396,7 @@ export class Interceptor {
           reason: "cancelled by the client",
           bytes_out: bytesOut,
         }));
-        logBodies?.(null, null);
+        logBodies?.(null, null, "cancelled by the client");
         return ownReply(499, "Client Closed Request", "", "cancelled");
       }
       if (e instanceof RequestBodyError) {
@@ -403,21 +404,22 @@ export class Interceptor {
         this.#opts.log(
           allowed.entry(400, { pattern: allowed.pattern, reason, bytes_out: bytesOut }),
         );
-        logBodies?.(400, null);
+        logBodies?.(400, null, reason);
         return ownReply(400, "Bad Request", `Bad request: ${e.message}\n`);
       }
-      logBodies?.(502, null);
+      logBodies?.(502, null, `upstream error: ${(e as Error).message}`);
       return this.#upstreamError(allowed, e, bytesOut);
     }
     const { pattern } = allowed;
     const received = bodies && tapResponse(upstream, bodies.capture());
     upstream.onEnd((bytesIn, whole, relayedOut) => {
+      const reason = whole ? undefined : "the response did not reach the client whole";
       this.#opts.log(
         allowed.entry(upstream.status, {
           pattern,
           bytes_in: bytesIn,
           bytes_out: relayedOut ?? bytesOut,
-          ...(whole ? {} : { reason: "the response did not reach the client whole" }),
+          ...(reason === undefined ? {} : { reason }),
         }),
       );
       // A streamed body may still be on its way to the client (the origin's
@@ -426,6 +428,7 @@ export class Interceptor {
         logBodies?.(
           upstream.status,
           loggedBody(upstream.headers, received, upstream.trailers?.() ?? null),
+          reason,
         )
       );
     });
