@@ -200,8 +200,10 @@ export function maskHeaders(headers: [string, string][]): [string, string][] {
         semi === -1 ? maskPair(value) : `${maskPair(value.slice(0, semi))}${value.slice(semi)}`,
       ];
     }
-    // `…-key` fields are keys (`x-functions-key`, `ocp-apim-subscription-key`).
-    if (SECRET_HEADERS.has(n) || isSecretParam(n) || n.endsWith("-key")) return [name, MASK];
+    // `…-key` fields are keys (`x-functions-key`, `ocp-apim-subscription-key`);
+    // a WebSocket handshake's nonce is not.
+    const key = n.endsWith("-key") && n !== "sec-websocket-key";
+    if (SECRET_HEADERS.has(n) || isSecretParam(n) || key) return [name, MASK];
     // A URL in a field (`location` to a presigned download, `referer` with
     // an OAuth code) is masked as the access log's URLs are.
     return [name, maskUrlSecrets(value)];
