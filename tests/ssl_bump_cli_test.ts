@@ -77,6 +77,14 @@ function firewall(args: string[], command: string[]) {
 }
 
 const sh = (script: string) => ["sh", "-c", script];
+
+/** `forgekit firewall --no-sandbox --ssl-bump ARGS -- sh -c SCRIPT`, through the test proxy. */
+function unsandboxed(args: string[], script: string) {
+  return runForgekit(
+    ["firewall", "--log-dir", logDir, "--no-sandbox", "--ssl-bump", ...args, "--", ...sh(script)],
+    { env: { HTTPS_PROXY: o.proxy.url, PATH: Deno.env.get("PATH")! }, timeoutMs: 60_000 },
+  );
+}
 // Inside the sandbox curl trusts the bind-mounted bundle (CURL_CA_BUNDLE).
 const curl = "curl -sS -m 10";
 const code = "-o /dev/null -w '%{http_code} %header{x-proxy-error}'";
@@ -535,21 +543,9 @@ Deno.test(
   "an origin forgekit does not trust is named at the end of the run, with --upstream-ca as the fix",
   { sanitizeResources: false, sanitizeOps: false },
   async () => {
-    const r = await runForgekit(
-      [
-        "firewall",
-        "--log-dir",
-        logDir,
-        "--no-sandbox",
-        "--allow-domains",
-        "api.example",
-        "--ssl-bump",
-        "--",
-        "sh",
-        "-c",
-        `${curl} ${code} https://api.example/untrusted`,
-      ],
-      { env: { HTTPS_PROXY: o.proxy.url, PATH: Deno.env.get("PATH")! }, timeoutMs: 60_000 },
+    const r = await unsandboxed(
+      ["--allow-domains", "api.example"],
+      `${curl} ${code} https://api.example/untrusted`,
     );
     assert.equal(r.code, 0, r.stderr);
     assert.equal(r.stdout, "502 upstream-error");
@@ -564,25 +560,16 @@ Deno.test(
   "HTTPS to an allowed IP address is inspected: its client sends no SNI",
   { sanitizeResources: false, sanitizeOps: false },
   async () => {
-    const r = await runForgekit(
+    const r = await unsandboxed(
       [
-        "firewall",
-        "--log-dir",
-        logDir,
-        "--no-sandbox",
         "--allow-domains",
         "198.51.100.7",
-        "--ssl-bump",
         "--allow-urls",
         "https://198.51.100.7/ok/*",
         "--upstream-ca",
         o.ca.certPath,
-        "--",
-        "sh",
-        "-c",
-        `${curl} https://198.51.100.7/ok/ip; ${curl} ${code} https://198.51.100.7/no`,
       ],
-      { env: { HTTPS_PROXY: o.proxy.url, PATH: Deno.env.get("PATH")! }, timeoutMs: 60_000 },
+      `${curl} https://198.51.100.7/ok/ip; ${curl} ${code} https://198.51.100.7/no`,
     );
     assert.equal(r.code, 0, r.stderr);
     assert.equal(r.stdout, "hello 198.51.100.7 /ok/ip\n403 blocked-by-url-policy");
