@@ -8,9 +8,11 @@ import assert from "node:assert/strict";
 import {
   OriginClient,
   OriginProtocolError,
+  type OriginResponse,
   parseResponseHead,
   responseFraming,
 } from "../lib/bump/origin_client.ts";
+import { gatheredReads } from "../lib/bump/socket_io.ts";
 import { makeTestCa } from "./support/tls.ts";
 
 const enc = new TextEncoder();
@@ -105,7 +107,8 @@ async function scriptedOrigin(
               conn.close();
               return;
             }
-            await conn.write(enc.encode(reply));
+            // A write may take part of a large reply.
+            for (let b = enc.encode(reply); b.byteLength;) b = b.subarray(await conn.write(b));
           }
         }
         conn.close();
@@ -118,18 +121,22 @@ async function scriptedOrigin(
     idleMs,
   });
   const port = listener.addr.port;
+  const request = (target: string, method = "GET") =>
+    client.request({
+      host: "127.0.0.1",
+      port,
+      method,
+      target,
+      headers: [["x-test", "1"]],
+      body: null,
+    });
   return {
     heads,
     accepted: () => accepted,
+    /** The response as the client gives it (a sized body is the caller's to read). */
+    request,
     get: async (target: string, method = "GET") => {
-      const res = await client.request({
-        host: "127.0.0.1",
-        port,
-        method,
-        target,
-        headers: [["x-test", "1"]],
-        body: null,
-      });
+      const res = await request(target, method);
       const body = res.body === null
         ? ""
         : res.body instanceof Uint8Array
@@ -203,6 +210,36 @@ Deno.test("a body-less request is retried once when the origin closed the idle c
     assert.equal((await o.get("/1")).text, "ok");
     assert.equal((await o.get("/2")).text, "again");
     assert.equal(o.accepted(), 2);
+  } finally {
+    await o.close();
+  }
+});
+
+Deno.test("a sized body read whole gives its connection back to the pool; one cut short closes it", async () => {
+  const big = "b".repeat(200_000);
+  const sized = `HTTP/1.1 200 OK\r\nContent-Length: ${big.length}\r\n\r\n${big}`;
+  const small = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+  const o = await scriptedOrigin([sized, small, sized, small]);
+  /** Reads `want` bytes of a sized body (all of it when undefined), then hands it back. */
+  const read = async (res: OriginResponse, want?: number) => {
+    const s = res.sized!;
+    let got = s.buffered.byteLength;
+    const limit = (want ?? s.length) - got;
+    for await (const piece of gatheredReads(s.conn, limit)) got += piece.byteLength;
+    s.ended(got);
+    return got;
+  };
+  try {
+    const whole = await o.request("/big");
+    assert.ok(whole.sized, "a body this large comes sized");
+    assert.equal(await read(whole), big.length);
+    assert.equal((await o.get("/small")).text, "ok");
+    assert.equal(o.accepted(), 1, "the download's connection carried the next request");
+
+    const cut = await o.request("/big");
+    assert.equal(await read(cut, 70_000), 70_000);
+    assert.equal((await o.get("/small")).text, "ok");
+    assert.equal(o.accepted(), 2, "a body cut short leaves unread bytes: its connection is closed");
   } finally {
     await o.close();
   }

@@ -387,6 +387,38 @@ Deno.test("a large sized response ends at its length and the connection carries 
   }
 });
 
+Deno.test("after a large download the origin connection carries the next client's requests", async () => {
+  const body = new Uint8Array(1 << 20).fill(120);
+  for (const http of ["--http1.1", "--http2"]) {
+    const f = await startBumpFixture(
+      ALLOW,
+      (req) =>
+        new URL(req.url).pathname === "/allowed/big"
+          ? new Response(body)
+          : new Response(`origin ${new URL(req.url).pathname}\n`),
+    );
+    try {
+      const big = await curl(f, [
+        http,
+        "-w",
+        "%{size_download}",
+        "-o",
+        "/dev/null",
+        "https://api.github.com/allowed/big",
+      ]);
+      assert.equal(big.out, String(body.byteLength), http);
+      for (const path of ["/allowed/1", "/allowed/2"]) {
+        const small = await curl(f, [http, `https://api.github.com${path}`]);
+        assert.equal(small.out, `origin ${path}\n`, http);
+      }
+      const opened = f.origins.proxy.hits.filter((h) => h.target === "api.github.com:443");
+      assert.equal(opened.length, 1, `${http}: one origin connection for all three clients`);
+    } finally {
+      await f.close();
+    }
+  }
+});
+
 Deno.test("a Host that is not a host name or address gets 400", async () => {
   const f = await startBumpFixture(ALLOW);
   const c = await Raw.open(f);

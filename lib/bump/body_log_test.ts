@@ -195,7 +195,7 @@ Deno.test("tapResponse copies a whole body, and a sized one's first bytes then i
   const { conn, close } = await connSent("rest");
   const sized = {
     body: null,
-    sized: { conn, length: 9, buffered: enc.encode("first") },
+    sized: { conn, length: 9, buffered: enc.encode("first"), ended: () => conn.close() },
   };
   const d = tapResponse(sized, new BodyCapture(new CaptureBudget()));
   const buf = new Uint8Array(16);

@@ -72,14 +72,17 @@ export interface BumpReply {
   };
   /**
    * Instead of `body`: `length` bytes, `buffered` first, then read off
-   * `conn` (closed after). The server calls `ended` with the bytes it
-   * delivered once it is done, whole or not.
+   * `conn` (never past `length`). The server calls `ended` once, with the
+   * bytes it delivered, when it is done, whole or not, and `conn` is
+   * `ended`'s from then on: a connection whose body went whole can carry
+   * the origin's next response (it goes back to the pool). The server
+   * closes `conn` itself only to stop a read when its client is gone.
    */
   sized?: {
     conn: Deno.Conn;
     length: number;
     buffered: Uint8Array;
-    ended?: (delivered: number) => void;
+    ended: (delivered: number) => void;
   };
 }
 

@@ -367,8 +367,11 @@ async function exchange(
     if (io.signal.aborted) giveUp();
     io.signal.addEventListener("abort", giveUp);
     try {
-      if (bodiless) await io.write(head);
-      else {
+      if (bodiless) {
+        // The body is not read: the connection cannot carry another response.
+        closeQuietly(conn);
+        await io.write(head);
+      } else {
         await io.write(concat([head, buffered]));
         delivered = buffered.byteLength;
         const rest = length - delivered;
@@ -382,8 +385,8 @@ async function exchange(
       }
     } finally {
       io.signal.removeEventListener("abort", giveUp);
-      closeQuietly(conn);
-      reply.sized.ended?.(bodiless ? length : delivered);
+      // The connection is ended's now: pooled again if the body went whole.
+      reply.sized.ended(bodiless ? length : delivered);
     }
   } else if (content === null || content instanceof Uint8Array) {
     await io.write(content === null ? head : concat([head, content]));

@@ -1064,6 +1064,8 @@ class H2Connection {
     // is locked then): a read waiting on a silent origin ends at once, and
     // the origin connection is closed.
     let reader: ReadableStreamDefaultReader<Uint8Array> | null = null;
+    /** A sized body's connection has been handed to its `ended`. */
+    let handedBack = false;
     stream.onReset = () => {
       if (reply.sized) closeQuietly(reply.sized.conn);
       if (reader) reader.cancel().catch(() => {});
@@ -1093,7 +1095,9 @@ class H2Connection {
           }
           if (sent !== rest) throw new Error("the body ended before its length");
         } finally {
-          ended?.(stream.bodySent);
+          // The connection is ended's now: pooled again if the body went whole.
+          handedBack = true;
+          ended(stream.bodySent);
         }
         return;
       }
@@ -1108,7 +1112,10 @@ class H2Connection {
       else await this.#writeData(stream, new Uint8Array(0), true);
     } finally {
       stream.onReset = null;
-      if (reply.sized) closeQuietly(reply.sized.conn);
+      if (reply.sized && !handedBack) {
+        closeQuietly(reply.sized.conn);
+        reply.sized.ended(bodiless ? reply.sized.length : 0);
+      }
       // A body not read to its end (a write failed) is given up: its origin connection closes.
       if (reader) reader.cancel().catch(() => {});
       else if (reply.body instanceof ReadableStream) reply.body.cancel().catch(() => {});

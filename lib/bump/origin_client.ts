@@ -113,8 +113,9 @@ export interface OriginResponse {
   tunnel?: BumpReply["tunnel"];
   /**
    * A body of known length too large to come whole: its first bytes
-   * (`buffered`) and the connection the rest is read from (the caller's
-   * from then on, read with gathered reads and closed; `body` is null).
+   * (`buffered`) and the connection the rest is read from, with gathered
+   * reads (`body` is null). `ended` takes the connection back: to the pool
+   * when the body went whole, else closed.
    */
   sized?: BumpReply["sized"];
 }
@@ -1069,12 +1070,14 @@ export class OriginClient {
       return res;
     }
     if (framing.kind === "length" && oc.buffered <= framing.length) {
-      // Never pooled: the caller reads the body and closes the connection.
+      // The caller reads the rest off the connection, then hands it back:
+      // pooled again when the body went whole, as for any other body (a
+      // download must not cost the next request a new connection).
       res.sized = {
         conn: oc.conn,
         length: framing.length,
         buffered: oc.take(oc.buffered),
-        ended: (delivered) => notify(delivered, delivered === framing.length),
+        ended: (delivered) => ended(delivered, delivered === framing.length),
       };
       return res;
     }
