@@ -15,6 +15,7 @@
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { VERSION } from "./lib/version.ts";
+import { V8_FLAGS_ARG } from "./lib/v8_flags.ts";
 import { exitCodeOf, formatError, parseCommandArgs, usageError } from "./lib/cli/mod.ts";
 
 /** The release targets of `deno compile`. */
@@ -31,8 +32,8 @@ const DIST = join(ROOT, "dist");
 // --no-config: the bundle holds all of forgekit, and a deno.json or
 // package.json in the directories it is installed in must not change it
 // (a broken one would stop it; one with npm dependencies would have deno
-// install them there).
-const SHEBANG = "#!/usr/bin/env -S deno run -A --no-config\n";
+// install them there). The V8 flags forgekit runs with (lib/v8_flags.ts) go too.
+export const SHEBANG = `#!/usr/bin/env -S deno run -A --no-config ${V8_FLAGS_ARG}\n`;
 
 async function deno(args: string[]): Promise<{ ok: boolean; stderr: string }> {
   const out = await new Deno.Command(Deno.execPath(), {
@@ -94,18 +95,24 @@ function reasonOf(stderr: string): string {
   return reason.length > 160 ? `${reason.slice(0, 159)}…` : reason;
 }
 
-/** Compiles one target; returns null on success or the reason it failed. */
-export async function compileTarget(target: string): Promise<string | null> {
-  const r = await deno([
+/** The `deno compile` arguments for one target (the binary keeps forgekit's V8 flags). */
+export function compileArgs(target: string): string[] {
+  return [
     "compile",
     "-A",
+    V8_FLAGS_ARG,
     "--quiet",
     "--target",
     target,
     "-o",
     join(DIST, binaryName(target)),
     "main.ts",
-  ]);
+  ];
+}
+
+/** Compiles one target; returns null on success or the reason it failed. */
+export async function compileTarget(target: string): Promise<string | null> {
+  const r = await deno(compileArgs(target));
   return r.ok ? null : reasonOf(r.stderr);
 }
 

@@ -23,6 +23,7 @@ import process from "node:process";
 import { fileURLToPath } from "node:url";
 import { makeTestCa } from "../tests/support/tls.ts";
 import { startBumpFront } from "../tests/support/bump.ts";
+import { V8_FLAGS_ARG } from "../lib/v8_flags.ts";
 
 const dec = new TextDecoder();
 /**
@@ -451,9 +452,10 @@ async function inPrivateHosts(): Promise<string[] | null> {
         "sh",
         "-c",
         `ip link set lo up && ip addr add ${ORIGIN_ADDR}/32 dev lo && ` +
-        'mount --bind "$0" /etc/hosts && exec "$1" run -A "$2"',
+        'mount --bind "$0" /etc/hosts && exec "$1" run -A "$2" "$3"',
         hosts,
         Deno.execPath(),
+        V8_FLAGS_ARG, // forgekit runs in this process: with its own flags
         fileURLToPath(import.meta.url),
       ],
       env,

@@ -2,7 +2,8 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { REPO_ROOT, runForgekit } from "./support/cli.ts";
 import denoJson from "../deno.json" with { type: "json" };
-import { bundleFailure } from "../build.ts";
+import { bundleFailure, compileArgs, SHEBANG, TARGETS } from "../build.ts";
+import { V8_FLAGS_ARG } from "../lib/v8_flags.ts";
 
 Deno.test("build.ts writes a bundle that runs: --version and a real fetch", async () => {
   const build = await new Deno.Command(Deno.execPath(), {
@@ -14,6 +15,9 @@ Deno.test("build.ts writes a bundle that runs: --version and a real fetch", asyn
   assert.ok(build.success, new TextDecoder().decode(build.stderr));
   const bundle = join(REPO_ROOT, "dist", "forgekit.js");
   assert.ok((await Deno.stat(bundle)).mode! & 0o100, "bundle is executable");
+
+  const firstLine = (await Deno.readTextFile(bundle)).split("\n", 1)[0];
+  assert.equal(firstLine, SHEBANG.trimEnd(), "the bundle starts with forgekit's shebang");
 
   const v = await runForgekit(["--version"], { script: bundle });
   assert.equal(v.stdout.trim(), `forgekit ${denoJson.version}`);
@@ -93,6 +97,20 @@ Deno.test("build.ts refuses an unknown option or target in one line with exit 2,
     assert.equal(out.code, 2, `${args.join(" ")}: ${stderr}`);
     assert.match(stderr, want);
     assert.equal(new TextDecoder().decode(out.stdout), "", "nothing was built");
+  }
+});
+
+Deno.test("every way forgekit is run carries its V8 flags: binaries, the bundle, deno tasks", () => {
+  assert.ok(SHEBANG.includes(` ${V8_FLAGS_ARG}`), SHEBANG);
+  for (const target of TARGETS) {
+    const args = compileArgs(target);
+    assert.ok(
+      args.indexOf(V8_FLAGS_ARG) > 0 && args.indexOf(V8_FLAGS_ARG) < args.indexOf("main.ts"),
+    );
+  }
+  const tasks = denoJson.tasks as Record<string, string>;
+  for (const name of ["serve", "bench:auth", "bench:stacks", "bench:firewall"]) {
+    assert.match(tasks[name], new RegExp(`^deno run -A ${V8_FLAGS_ARG} `), name);
   }
 });
 
