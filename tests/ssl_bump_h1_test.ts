@@ -363,16 +363,20 @@ Deno.test("a request body cut short fails that request only; the proxy serves th
   }
 });
 
-Deno.test("a large sized response ends at its length and the connection carries the next request", async () => {
-  const big = crypto.getRandomValues(new Uint8Array(65536)).slice(0, 50_000);
-  const body = new Uint8Array(1 << 20).map((_, i) => big[i % big.length]);
-  const f = await startBumpFixture(
+/** A fixture whose origin answers /allowed/big with `body`, other paths with their name. */
+const startBigFixture = (body: Uint8Array<ArrayBuffer>) =>
+  startBumpFixture(
     ALLOW,
     (req) =>
       new URL(req.url).pathname === "/allowed/big"
         ? new Response(body)
         : new Response(`origin ${new URL(req.url).pathname}\n`),
   );
+
+Deno.test("a large sized response ends at its length and the connection carries the next request", async () => {
+  const big = crypto.getRandomValues(new Uint8Array(65536)).slice(0, 50_000);
+  const body = new Uint8Array(1 << 20).map((_, i) => big[i % big.length]);
+  const f = await startBigFixture(body);
   const c = await Raw.open(f);
   try {
     await c.write(get("/allowed/big") + get("/allowed/small"));
@@ -390,13 +394,7 @@ Deno.test("a large sized response ends at its length and the connection carries 
 Deno.test("after a large download the origin connection carries the next client's requests", async () => {
   const body = new Uint8Array(1 << 20).fill(120);
   for (const http of ["--http1.1", "--http2"]) {
-    const f = await startBumpFixture(
-      ALLOW,
-      (req) =>
-        new URL(req.url).pathname === "/allowed/big"
-          ? new Response(body)
-          : new Response(`origin ${new URL(req.url).pathname}\n`),
-    );
+    const f = await startBigFixture(body);
     try {
       const big = await curl(f, [
         http,
