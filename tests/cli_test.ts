@@ -745,35 +745,27 @@ Deno.test("firewall: each run's default log directory is new and private; a link
     // Whoever may write to a --log-dir cannot turn the log onto another file.
     await Deno.mkdir(`${dir}/logs`);
     await Deno.writeTextFile(`${dir}/victim`, "precious\n");
-    await Deno.symlink(`${dir}/victim`, `${dir}/logs/access.log`);
-    const r = await runForgekit(
-      ["firewall", "--no-sandbox", "--allow-domains", "x.example", "--log-dir", `${dir}/logs`, "--"]
-        .concat(["sh", "-c", "echo ran > " + `${dir}/ran`]),
-    );
-    assert.equal(r.code, 2, r.stderr);
-    assert.equal(
-      r.stderr,
-      `error: Cannot open the access log: ${dir}/logs/access.log is a symbolic link ` +
-        "(remove it or choose another --log-dir)\n",
-    );
-    assert.equal(await Deno.readTextFile(`${dir}/victim`), "precious\n");
-    assert.equal(await exists(`${dir}/ran`), false, "the command never started");
+    /** A linked FILE in --log-dir is refused (exit 2) before COMMAND starts, the target untouched. */
+    const refusesLinked = async (file: string, what: string, options: string[]) => {
+      await Deno.symlink(`${dir}/victim`, `${dir}/logs/${file}`);
+      const r = await runForgekit(
+        ["firewall", "--no-sandbox", "--allow-domains", "x.example", ...options]
+          .concat(["--log-dir", `${dir}/logs`, "--", "sh", "-c", "echo ran > " + `${dir}/ran`]),
+      );
+      assert.equal(r.code, 2, r.stderr);
+      assert.equal(
+        r.stderr,
+        `error: Cannot open the ${what}: ${dir}/logs/${file} is a symbolic link ` +
+          "(remove it or choose another --log-dir)\n",
+      );
+      assert.equal(await Deno.readTextFile(`${dir}/victim`), "precious\n");
+      assert.equal(await exists(`${dir}/ran`), false, "the command never started");
+    };
+    await refusesLinked("access.log", "access log", []);
 
     // So is the bodies log (--log-bodies).
     await Deno.remove(`${dir}/logs/access.log`);
-    await Deno.symlink(`${dir}/victim`, `${dir}/logs/bodies.jsonl`);
-    const b = await runForgekit(
-      ["firewall", "--no-sandbox", "--allow-domains", "x.example", "--ssl-bump", "--log-bodies"]
-        .concat(["--log-dir", `${dir}/logs`, "--", "sh", "-c", "echo ran > " + `${dir}/ran`]),
-    );
-    assert.equal(b.code, 2, b.stderr);
-    assert.equal(
-      b.stderr,
-      `error: Cannot open the bodies log: ${dir}/logs/bodies.jsonl is a symbolic link ` +
-        "(remove it or choose another --log-dir)\n",
-    );
-    assert.equal(await Deno.readTextFile(`${dir}/victim`), "precious\n");
-    assert.equal(await exists(`${dir}/ran`), false, "the command never started");
+    await refusesLinked("bodies.jsonl", "bodies log", ["--ssl-bump", "--log-bodies"]);
   } finally {
     for (const d of [...dirs, dir]) await Deno.remove(d, { recursive: true }).catch(() => {});
   }
