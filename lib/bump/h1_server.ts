@@ -306,7 +306,7 @@ async function exchange(
 
   let reply: BumpReply;
   try {
-    reply = await handler({
+    reply = await handler.answer({
       method: req.method,
       url: req.target.startsWith("https://") ? req.target : `https://${host}${req.target}`,
       headers: req.headers,

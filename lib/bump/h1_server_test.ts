@@ -9,23 +9,25 @@ Deno.test("serveH1() cancels a streamed body when the client is gone before the 
   let served!: Promise<void>;
   const server = net.createServer((sock) => {
     const io = new SocketIo(sock);
-    served = serveH1(io, async () => {
-      // The origin's head arrives after the client has gone.
-      await new Promise((r) => setTimeout(r, 300));
-      return {
-        status: 200,
-        statusText: "OK",
-        headers: [],
-        length: null,
-        body: new ReadableStream<Uint8Array>({
-          pull() {
-            return new Promise(() => {}); // a silent origin
-          },
-          cancel() {
-            cancelled = true; // bodyStream's cancel() closes the OriginConn (frees the slot)
-          },
-        }),
-      };
+    served = serveH1(io, {
+      answer: async () => {
+        // The origin's head arrives after the client has gone.
+        await new Promise((r) => setTimeout(r, 300));
+        return {
+          status: 200,
+          statusText: "OK",
+          headers: [],
+          length: null,
+          body: new ReadableStream<Uint8Array>({
+            pull() {
+              return new Promise(() => {}); // a silent origin
+            },
+            cancel() {
+              cancelled = true; // bodyStream's cancel() closes the OriginConn (frees the slot)
+            },
+          }),
+        };
+      },
     });
   });
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));

@@ -764,7 +764,7 @@ class H2Connection {
     const body = endStream ? null : this.#requestBody(stream, expects);
     this.#start(
       stream,
-      this.#handler({
+      this.#handler.answer({
         method: req.method,
         url: `https://${req.authority}${req.path}`,
         headers: req.headers,

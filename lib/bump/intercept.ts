@@ -31,6 +31,7 @@ import { NodeConn } from "./node_conn.ts";
 import { SocketIo } from "./socket_io.ts";
 import { fieldTokens, HEAD_TIMEOUT_MS, HOP_BY_HOP } from "./http_head.ts";
 import {
+  type BumpHandler,
   type BumpReply,
   type BumpRequest,
   ownReply,
@@ -68,9 +69,21 @@ export interface InterceptorOptions {
   stallTimeoutMs?: number;
 }
 
-interface ConnContext {
-  host: string;
-  port: number;
+/**
+ * A bumped connection: its CONNECT host and port, and the handler its
+ * server calls for each request (see {@linkcode BumpHandler} for why a
+ * method).
+ */
+class ConnContext implements BumpHandler {
+  constructor(
+    readonly host: string,
+    readonly port: number,
+    readonly answerFor: (ctx: ConnContext, req: BumpRequest) => Promise<BumpReply>,
+  ) {}
+
+  answer(req: BumpRequest): Promise<BumpReply> {
+    return this.answerFor(this, req);
+  }
 }
 
 /**
@@ -139,6 +152,8 @@ export class Interceptor {
   #opts: InterceptorOptions;
   #contexts: LeafCache<tls.SecureContext>;
   #sockets = new Set<tls.TLSSocket>();
+  /** Every connection's requests go through this one function. */
+  readonly #answerFor = (ctx: ConnContext, req: BumpRequest) => this.#answer(ctx, req);
   #closed = false;
 
   constructor(options: InterceptorOptions) {
@@ -158,7 +173,7 @@ export class Interceptor {
     clientHello: Uint8Array,
   ): Promise<void> {
     if (this.#closed || !(client instanceof NodeConn)) return closeQuietly(client);
-    const ctx = { host: host.toLowerCase(), port };
+    const ctx = new ConnContext(host.toLowerCase(), port, this.#answerFor);
     this.#opts.origins.warm(ctx.host, port);
     // A client offering h2 gets it (forgekit prefers it): its requests may go
     // to the origin over HTTP/2, whose connection is opened during the handshake.
@@ -182,7 +197,7 @@ export class Interceptor {
         `ssl-bump: ${ctx.host}:${port}: ${h2 ? "HTTP/2" : "HTTP/1.1"} (on the client connection)`,
       );
       const serve = h2 ? serveH2 : serveH1;
-      await serve(io, (req) => this.#answer(ctx, req), {
+      await serve(io, ctx, {
         headTimeoutMs: this.#opts.headTimeoutMs,
         stallTimeoutMs,
         onRefused: (r) => this.#logRefusal(ctx, r),
