@@ -37,6 +37,13 @@ const N = 500;
 const REPS = 3;
 /** Kept-alive requests of each protocol every target serves before the rounds. */
 const WARM_UP = 3000;
+/**
+ * New connections (to hosts whose leaf is cached, HTTP/1.1) each target
+ * makes right after its leaves are made, printed as "cold new connections":
+ * a connection's set-up runs once per connection, so forgekit's JavaScript
+ * for it is compiled by V8 only over its first few hundred connections.
+ */
+const COLD_CONNS = 20;
 /** Measurement rounds; each figure is the median of its rounds. */
 const ROUNDS = 7;
 /** Hosts timed per new-connection figure (their median is the round's sample). */
@@ -515,6 +522,8 @@ async function measure(directHosts: boolean): Promise<string[]> {
   }));
   /** Each target's first kept-alive requests (HTTP/1.1), before any warm-up. */
   const cold: number[] = [];
+  /** Each target's early new connections (cached leaf, HTTP/1.1), before the rounds. */
+  const coldConn: number[] = [];
   try {
     for (const t of targets) {
       // The first requests, before anything else: what a short run gets.
@@ -527,6 +536,13 @@ async function measure(directHosts: boolean): Promise<string[]> {
       await mbPerSec(t, "--http1.1");
       await mbPerSec(t, "--http2");
       await newConnMs(t, CACHED, "--http1.1"); // their leaves are made (then cached)
+      coldConn.push(
+        await newConnMs(
+          t,
+          Array.from({ length: COLD_CONNS }, (_, i) => CACHED[i % CACHED.length]),
+          "--http1.1",
+        ),
+      );
     }
     for (let round = 0; round < ROUNDS; round++) {
       // Each figure is measured for every target back to back (the order
@@ -644,6 +660,9 @@ async function measure(directHosts: boolean): Promise<string[]> {
   lines.push(
     `  cold start (each target's first ${N} kept-alive HTTP/1.1 requests, before the rounds): ${
       targets.map((t, i) => `${t.name.split(" ")[0]} ${f(cold[i])} req/s`).join(", ")
+    }`,
+    `  cold new connections (${COLD_CONNS} per target to hosts whose leaf is cached, right after its first dozen connections, HTTP/1.1, median): ${
+      targets.map((t, i) => `${t.name.split(" ")[0]} ${f(coldConn[i])} ms`).join(", ")
     }`,
   );
   const fk = targets.findIndex((t) => t.inBench);

@@ -489,6 +489,76 @@ Deno.test("a CONNECT to be bumped is prepared before its ClientHello; spliced an
   }
 });
 
+Deno.test("a spliced CONNECT's tunnel is dialled before its ClientHello; one whose SNI does not match is closed unused", async () => {
+  // The upstream proxy: records each CONNECT it gets and what came after it.
+  const seen: { target: string; after: number; closed: boolean }[] = [];
+  const upstream = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const accepting = (async () => {
+    for await (const conn of upstream) {
+      (async () => {
+        const buf = new Uint8Array(65536);
+        let head = "";
+        while (!head.includes("\r\n\r\n")) {
+          const n = await conn.read(buf).catch(() => null);
+          if (n === null) return conn.close();
+          head += dec.decode(buf.subarray(0, n));
+        }
+        const entry = { target: head.split(" ")[1], after: 0, closed: false };
+        seen.push(entry);
+        await conn.write(enc.encode("HTTP/1.1 200 Connection established\r\n\r\n"));
+        for (let n = await conn.read(buf).catch(() => null); n !== null;) {
+          entry.after += n;
+          n = await conn.read(buf).catch(() => null);
+        }
+        entry.closed = true;
+        conn.close();
+      })();
+    }
+  })();
+  const dir = await Deno.makeTempDir({ prefix: "forgekit-proxytest-" });
+  const log = new AccessLog(join(dir, "access.log"));
+  const listener = await listenProxy({ hostname: "127.0.0.1", port: 0 }, false);
+  const serving = serveProxy(listener, {
+    policy: { allow: ["allowed.example"], block: [] },
+    log,
+    upstream: proxyEnv((n) =>
+      n === "HTTPS_PROXY" ? `http://127.0.0.1:${(upstream.addr as Deno.NetAddr).port}` : undefined
+    ),
+    bump: null,
+  });
+  const until = async (done: () => boolean) => {
+    for (let i = 0; i < 100 && !done(); i++) await new Promise((r) => setTimeout(r, 20));
+  };
+  try {
+    const conn = await Deno.connect({
+      hostname: "127.0.0.1",
+      port: (listener.addr as Deno.NetAddr).port,
+    });
+    await conn.write(enc.encode("CONNECT allowed.example:443 HTTP/1.1\r\n\r\n"));
+    const buf = new Uint8Array(4096);
+    const n = await conn.read(buf);
+    assert.match(dec.decode(buf.subarray(0, n ?? 0)), /^HTTP\/1\.1 200 /);
+    // Nothing more sent by the client: the tunnel is already being opened.
+    await until(() => seen.length > 0);
+    assert.deepEqual(seen.map((e) => e.target), ["allowed.example:443"]);
+    // A ClientHello for another name: the client is refused, the tunnel closed unused.
+    const tls = Deno.startTls(conn, { hostname: "other.example" });
+    await assert.rejects(tls.then((t) => t.handshake()));
+    await until(() => seen[0].closed);
+    assert.deepEqual(seen, [{ target: "allowed.example:443", after: 0, closed: true }]);
+    log.flush();
+    assert.match(await Deno.readTextFile(join(dir, "access.log")), /"rule":"sni-mismatch"/);
+    tls.then((t) => t.close(), () => {});
+  } finally {
+    listener.close();
+    await serving;
+    upstream.close();
+    await accepting;
+    log.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
 Deno.test("a spliced tunnel whose client has left and whose server stays silent is closed after the linger", async () => {
   // A server that accepts and never answers nor closes (a hung backend).
   const server = Deno.listen({ hostname: "127.0.0.1", port: 0 });

@@ -238,43 +238,56 @@ export async function handleClient(conn: ByteConn, opts: ProxyOptions): Promise<
       });
       return await refuse(conn, blockResponse(host, d));
     }
-    await conn.write(enc.encode("HTTP/1.1 200 Connection established\r\n\r\n"));
-    // Inspected (not spliced): its leaf and origin connection are started now.
+    // Started before the CONNECT is answered, so that it overlaps the
+    // client's ClientHello (and the answer, which wakes the client, may hand
+    // it this CPU until its ClientHello is sent): an inspected host's leaf and
+    // origin connection, or a spliced host's tunnel. A tunnel whose client
+    // then fails the SNI check is closed unused.
     const bump = opts.bump && !opts.bump.splice(host) ? opts.bump : null;
     bump?.prepare(host, at.port);
-    const hello = await readHello(conn, got.rest);
-    const sni = hello.sni === null ? null : normalizeDomain(hello.sni);
-    // A client sends no SNI for an IP address (RFC 6066 §3): to an allowed
-    // address, a ClientHello without one is what is expected.
-    const sniless = sni === null && hello.error === undefined && isIpLiteral(host);
-    if (sni !== host && !sniless) {
-      entry({
-        method,
-        host,
-        port: at.port,
-        decision: "blocked",
-        rule: "sni-mismatch",
-        reason: hello.error ??
-          (sni === null ? "ClientHello has no SNI" : `SNI ${sni} is not the CONNECT host ${host}`),
-      });
-      return close(conn);
-    }
-    if (bump) {
-      return await bump.intercept(conn, host, at.port, hello.bytes);
-    }
-    let upstream: Deno.Conn;
+    const dialing = bump ? null : dialTunnel(opts.upstream, host, at.port);
+    dialing?.catch(() => {}); // reported once the ClientHello has come
+    let upstream: Deno.Conn | null = null;
+    let hello;
     try {
-      upstream = noDelay(await dialTunnel(opts.upstream, host, at.port));
-    } catch (err) {
-      entry({
-        method,
-        host,
-        port: at.port,
-        decision: "allowed",
-        rule: d.rule,
-        reason: `upstream error: ${(err as Error).message}`,
-      });
-      return close(conn);
+      await conn.write(enc.encode("HTTP/1.1 200 Connection established\r\n\r\n"));
+      hello = await readHello(conn, got.rest);
+      const sni = hello.sni === null ? null : normalizeDomain(hello.sni);
+      // A client sends no SNI for an IP address (RFC 6066 §3): to an allowed
+      // address, a ClientHello without one is what is expected.
+      const sniless = sni === null && hello.error === undefined && isIpLiteral(host);
+      if (sni !== host && !sniless) {
+        entry({
+          method,
+          host,
+          port: at.port,
+          decision: "blocked",
+          rule: "sni-mismatch",
+          reason: hello.error ??
+            (sni === null
+              ? "ClientHello has no SNI"
+              : `SNI ${sni} is not the CONNECT host ${host}`),
+        });
+        return close(conn);
+      }
+      if (bump) {
+        return await bump.intercept(conn, host, at.port, hello.bytes);
+      }
+      try {
+        upstream = noDelay(await dialing!);
+      } catch (err) {
+        entry({
+          method,
+          host,
+          port: at.port,
+          decision: "allowed",
+          rule: d.rule,
+          reason: `upstream error: ${(err as Error).message}`,
+        });
+        return close(conn);
+      }
+    } finally {
+      if (upstream === null) dialing?.then(close, () => {});
     }
     await upstream.write(hello.bytes);
     const bytes = await splice(conn, upstream);

@@ -16,6 +16,8 @@ export interface ProxyHit {
   target: string;
   /** The request's Proxy-Authorization, if any. */
   authorization?: string;
+  /** Bytes the client sent through the tunnel (or after the head), set once it has ended. */
+  sent?: number;
 }
 
 /** A running test proxy. */
@@ -53,7 +55,8 @@ async function readHead(conn: Deno.Conn): Promise<{ head: string; rest: Uint8Arr
   return null;
 }
 
-async function splice(a: Deno.Conn, b: Deno.Conn): Promise<void> {
+/** Splices until either side ends; returns the bytes that went from `a` to `b`. */
+async function splice(a: Deno.Conn, b: Deno.Conn): Promise<number> {
   const close = () => {
     for (const c of [a, b]) {
       try {
@@ -61,11 +64,19 @@ async function splice(a: Deno.Conn, b: Deno.Conn): Promise<void> {
       } catch { /* closed */ }
     }
   };
+  let sent = 0;
+  const counted = new TransformStream<Uint8Array, Uint8Array>({
+    transform(chunk, out) {
+      sent += chunk.byteLength;
+      out.enqueue(chunk);
+    },
+  });
   await Promise.race([
-    a.readable.pipeTo(b.writable, { preventClose: true }).catch(() => {}),
+    a.readable.pipeThrough(counted).pipeTo(b.writable, { preventClose: true }).catch(() => {}),
     b.readable.pipeTo(a.writable, { preventClose: true }).catch(() => {}),
   ]);
   close();
+  return sent;
 }
 
 /**
@@ -118,7 +129,8 @@ export function startTestProxy(
       }
       const authorization = got.head.split("\r\n").find((l) => /^proxy-authorization:/i.test(l))
         ?.slice("proxy-authorization:".length).trim();
-      hits.push({ method, target: `${host}:${port}`, authorization });
+      const hit: ProxyHit = { method, target: `${host}:${port}`, authorization };
+      hits.push(hit);
       if (options.requireAuth !== undefined && authorization !== options.requireAuth) {
         await conn.write(enc.encode(
           'HTTP/1.1 407 Proxy Authentication Required\r\nProxy-Authenticate: Basic realm="test"\r\n' +
@@ -139,7 +151,7 @@ export function startTestProxy(
         await upstream.write(enc.encode(forwardHead));
       }
       if (got.rest.length) await upstream.write(got.rest);
-      await splice(conn, upstream);
+      hit.sent = got.rest.length + await splice(conn, upstream);
       conns.delete(upstream);
     } catch {
       // a test client went away; nothing to report
