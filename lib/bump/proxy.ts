@@ -238,19 +238,19 @@ export async function handleClient(conn: ByteConn, opts: ProxyOptions): Promise<
       });
       return await refuse(conn, blockResponse(host, d));
     }
-    // Started before the CONNECT is answered, so that it overlaps the
-    // client's ClientHello (and the answer, which wakes the client, may hand
-    // it this CPU until its ClientHello is sent): an inspected host's leaf and
-    // origin connection, or a spliced host's tunnel. A tunnel whose client
-    // then fails the SNI check is closed unused.
+    // A spliced host's tunnel is dialled before the CONNECT is answered, so
+    // that it overlaps the client's ClientHello (the answer wakes the client,
+    // which may take this CPU until its ClientHello is sent). A tunnel whose
+    // client then fails the SNI check is closed unused.
     const bump = opts.bump && !opts.bump.splice(host) ? opts.bump : null;
-    bump?.prepare(host, at.port);
     const dialing = bump ? null : dialTunnel(opts.upstream, host, at.port);
     dialing?.catch(() => {}); // reported once the ClientHello has come
     let upstream: Deno.Conn | null = null;
     let hello;
     try {
       await conn.write(enc.encode("HTTP/1.1 200 Connection established\r\n\r\n"));
+      // Inspected (not spliced): its leaf and origin connection are started now.
+      bump?.prepare(host, at.port);
       hello = await readHello(conn, got.rest);
       const sni = hello.sni === null ? null : normalizeDomain(hello.sni);
       // A client sends no SNI for an IP address (RFC 6066 §3): to an allowed
