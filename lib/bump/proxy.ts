@@ -244,6 +244,9 @@ export async function handleClient(conn: ByteConn, opts: ProxyOptions): Promise<
     // client then fails the SNI check is closed unused.
     const bump = opts.bump && !opts.bump.splice(host) ? opts.bump : null;
     const dialing = bump ? null : dialTunnel(opts.upstream, host, at.port);
+    /** The spliced tunnel's log line. */
+    const allowed = (e: Partial<AccessLogEntry>) =>
+      entry({ method, host, port: at.port, decision: "allowed", rule: d.rule, ...e });
     dialing?.catch(() => {}); // reported once the ClientHello has come
     let upstream: Deno.Conn | null = null;
     let hello;
@@ -276,14 +279,7 @@ export async function handleClient(conn: ByteConn, opts: ProxyOptions): Promise<
       try {
         upstream = noDelay(await dialing!);
       } catch (err) {
-        entry({
-          method,
-          host,
-          port: at.port,
-          decision: "allowed",
-          rule: d.rule,
-          reason: `upstream error: ${(err as Error).message}`,
-        });
+        allowed({ reason: `upstream error: ${(err as Error).message}` });
         return close(conn);
       }
     } finally {
@@ -291,16 +287,7 @@ export async function handleClient(conn: ByteConn, opts: ProxyOptions): Promise<
     }
     await upstream.write(hello.bytes);
     const bytes = await splice(conn, upstream);
-    entry({
-      method,
-      host,
-      port: at.port,
-      decision: "allowed",
-      rule: d.rule,
-      status: 200,
-      bytes_out: bytes.out + hello.bytes.length,
-      bytes_in: bytes.in,
-    });
+    allowed({ status: 200, bytes_out: bytes.out + hello.bytes.length, bytes_in: bytes.in });
     return;
   }
   // Plain HTTP: only absolute-form requests.
