@@ -244,10 +244,10 @@ export async function handleClient(conn: ByteConn, opts: ProxyOptions): Promise<
     // client then fails the SNI check is closed unused.
     const bump = opts.bump && !opts.bump.splice(host) ? opts.bump : null;
     const dialing = bump ? null : dialTunnel(opts.upstream, host, at.port);
+    dialing?.catch(() => {}); // reported once the ClientHello has come
     /** The spliced tunnel's log line. */
     const allowed = (e: Partial<AccessLogEntry>) =>
       entry({ method, host, port: at.port, decision: "allowed", rule: d.rule, ...e });
-    dialing?.catch(() => {}); // reported once the ClientHello has come
     let upstream: Deno.Conn | null = null;
     let hello;
     try {
