@@ -14,6 +14,7 @@ import { dialTunnel, proxyEnv } from "../lib/bump/upstream.ts";
 import { startOrigins } from "./support/origin.ts";
 import { concat } from "../lib/bump/conn_io.ts";
 import { startTestProxy } from "./support/proxy.ts";
+import { until } from "./support/until.ts";
 
 const enc = new TextEncoder();
 const dec = new TextDecoder();
@@ -490,45 +491,24 @@ Deno.test("a CONNECT to be bumped is prepared before its ClientHello; spliced an
 });
 
 Deno.test("a spliced CONNECT's tunnel is dialled before its ClientHello; one whose SNI does not match is closed unused", async () => {
-  // The upstream proxy: records each CONNECT it gets and what came after it.
-  const seen: { target: string; after: number; closed: boolean }[] = [];
-  const upstream = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  // The upstream proxy records each CONNECT and the bytes sent through it;
+  // behind it, a server that never answers.
+  const server = Deno.listen({ hostname: "127.0.0.1", port: 0 });
   const accepting = (async () => {
-    for await (const conn of upstream) {
-      (async () => {
-        const buf = new Uint8Array(65536);
-        let head = "";
-        while (!head.includes("\r\n\r\n")) {
-          const n = await conn.read(buf).catch(() => null);
-          if (n === null) return conn.close();
-          head += dec.decode(buf.subarray(0, n));
-        }
-        const entry = { target: head.split(" ")[1], after: 0, closed: false };
-        seen.push(entry);
-        await conn.write(enc.encode("HTTP/1.1 200 Connection established\r\n\r\n"));
-        for (let n = await conn.read(buf).catch(() => null); n !== null;) {
-          entry.after += n;
-          n = await conn.read(buf).catch(() => null);
-        }
-        entry.closed = true;
-        conn.close();
-      })();
-    }
+    for await (const c of server) c.readable.cancel().catch(() => {});
   })();
+  const upstream = startTestProxy({
+    "allowed.example:443": (server.addr as Deno.NetAddr).port,
+  });
   const dir = await Deno.makeTempDir({ prefix: "forgekit-proxytest-" });
   const log = new AccessLog(join(dir, "access.log"));
   const listener = await listenProxy({ hostname: "127.0.0.1", port: 0 }, false);
   const serving = serveProxy(listener, {
     policy: { allow: ["allowed.example"], block: [] },
     log,
-    upstream: proxyEnv((n) =>
-      n === "HTTPS_PROXY" ? `http://127.0.0.1:${(upstream.addr as Deno.NetAddr).port}` : undefined
-    ),
+    upstream: proxyEnv((n) => n === "HTTPS_PROXY" ? upstream.url : undefined),
     bump: null,
   });
-  const until = async (done: () => boolean) => {
-    for (let i = 0; i < 100 && !done(); i++) await new Promise((r) => setTimeout(r, 20));
-  };
   try {
     const conn = await Deno.connect({
       hostname: "127.0.0.1",
@@ -539,20 +519,21 @@ Deno.test("a spliced CONNECT's tunnel is dialled before its ClientHello; one who
     const n = await conn.read(buf);
     assert.match(dec.decode(buf.subarray(0, n ?? 0)), /^HTTP\/1\.1 200 /);
     // Nothing more sent by the client: the tunnel is already being opened.
-    await until(() => seen.length > 0);
-    assert.deepEqual(seen.map((e) => e.target), ["allowed.example:443"]);
+    await until("the tunnel's CONNECT upstream", () => upstream.hits.length > 0, 2000);
+    assert.deepEqual(upstream.hits.map((h) => h.target), ["allowed.example:443"]);
     // A ClientHello for another name: the client is refused, the tunnel closed unused.
     const tls = Deno.startTls(conn, { hostname: "other.example" });
     await assert.rejects(tls.then((t) => t.handshake()));
-    await until(() => seen[0].closed);
-    assert.deepEqual(seen, [{ target: "allowed.example:443", after: 0, closed: true }]);
+    await until("the tunnel's end", () => upstream.hits[0].sent !== undefined, 2000);
+    assert.deepEqual(upstream.hits.map((h) => [h.target, h.sent]), [["allowed.example:443", 0]]);
     log.flush();
     assert.match(await Deno.readTextFile(join(dir, "access.log")), /"rule":"sni-mismatch"/);
     tls.then((t) => t.close(), () => {});
   } finally {
     listener.close();
     await serving;
-    upstream.close();
+    await upstream.close();
+    server.close();
     await accepting;
     log.close();
     await Deno.remove(dir, { recursive: true });
