@@ -15,10 +15,19 @@ import { AccessLog } from "../lib/bump/access_log.ts";
 import { serveProxy } from "../lib/bump/proxy.ts";
 import { listenProxy } from "../lib/bump/node_conn.ts";
 import { proxyEnv } from "../lib/bump/upstream.ts";
+import { ownCpu, procCpu } from "./cpu.ts";
+import { benchBump } from "./firewall_bump.ts";
 
+/** Kept-alive 64 KiB requests per run. */
 const KEEPALIVE_REQUESTS = 300;
-const LATENCY_RUNS = 25;
-const BIG_RUNS = 5;
+/** Kept-alive runs per target and round, interleaved with the other targets'. */
+const REPS = 3;
+/** Kept-alive requests, 16 MiB downloads and new connections per target before the rounds. */
+const WARM_UP = { requests: 1500, downloads: 2, connections: 20 };
+/** New connections timed per target and round (their median is the round's sample). */
+const CONNS = 5;
+/** Measurement rounds; each figure is the median of its rounds. */
+const ROUNDS = 7;
 
 const here = (p: string) => fileURLToPath(new URL(p, import.meta.url));
 const dir = await Deno.makeTempDir({ prefix: "forgekit-bench-fw-" });
@@ -67,42 +76,54 @@ async function curl(args: string[]): Promise<string> {
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
-interface Figures {
-  rps64k: number;
-  mbps16m: number;
-  connectMs: number;
+/** A path to the origin: direct, or through a proxy. */
+interface Target {
+  name: string;
+  /** curl's proxy arguments. */
+  via: string[];
+  /** CPU time used so far, µs (forgekit and direct: this process's; squid: its own). */
+  cpu: () => number;
 }
 
-async function measure(proxy: string | null): Promise<Figures> {
-  const via = proxy ? ["--proxy", proxy] : [];
-  const url = "https://localhost/64k";
-  // Kept-alive: many URLs in one curl invocation reuse the connection.
+const URL_64K = "https://localhost/64k";
+
+/** Sequential 64 KiB requests over one kept-alive connection: seconds taken. */
+async function keptAlive(t: Target, n: number): Promise<number> {
   const t0 = performance.now();
   await curl([
-    ...via,
-    "-o",
-    "/dev/null",
-    ...Array(KEEPALIVE_REQUESTS).fill(url).flatMap((u) => [u, "-o", "/dev/null"]),
+    ...t.via,
+    ...Array(n).fill(URL_64K).flatMap((u) => [u, "-o", "/dev/null"]),
   ]);
-  const rps64k = KEEPALIVE_REQUESTS / ((performance.now() - t0) / 1000);
-  const speeds: number[] = [];
-  for (let i = 0; i < BIG_RUNS; i++) {
-    speeds.push(
-      Number(
-        await curl([...via, "-o", "/dev/null", "-w", "%{speed_download}", "https://localhost/16m"]),
-      ) / 1e6,
-    );
-  }
-  const connects: number[] = [];
-  for (let i = 0; i < LATENCY_RUNS; i++) {
-    connects.push(
-      Number(await curl([...via, "-o", "/dev/null", "-w", "%{time_appconnect}", url])) * 1000,
-    );
-  }
-  return { rps64k, mbps16m: median(speeds), connectMs: median(connects) };
+  return (performance.now() - t0) / 1000;
 }
 
-async function startSquid(): Promise<{ url: string; stop(): Promise<void> } | null> {
+async function download16m(t: Target): Promise<number> {
+  const out = await curl([
+    ...t.via,
+    "-o",
+    "/dev/null",
+    "-w",
+    "%{speed_download} %{size_download}",
+    "https://localhost/16m",
+  ]);
+  const [speed, size] = out.split(" ").map(Number);
+  if (size !== 16 * 1024 * 1024) throw new Error(`${t.name}: 16 MiB download got ${size} bytes`);
+  return speed / 1e6;
+}
+
+/** Median time to TLS done on new connections (TCP + CONNECT + TLS handshake), ms. */
+async function connectMs(t: Target, n: number): Promise<number> {
+  const times: number[] = [];
+  for (let i = 0; i < n; i++) {
+    times.push(
+      Number(await curl([...t.via, "-o", "/dev/null", "-w", "%{time_appconnect}", URL_64K])) *
+        1000,
+    );
+  }
+  return median(times);
+}
+
+async function startSquid(): Promise<{ url: string; pid: number; stop(): Promise<void> } | null> {
   const squid = ["/usr/sbin/squid", "/usr/bin/squid"].find((p) => {
     try {
       return Deno.statSync(p).isFile;
@@ -144,6 +165,7 @@ async function startSquid(): Promise<{ url: string; stop(): Promise<void> } | nu
       (await Deno.connect({ hostname: "127.0.0.1", port })).close();
       return {
         url: `http://127.0.0.1:${port}`,
+        pid: child.pid,
         async stop() {
           try {
             child.kill("SIGKILL");
@@ -162,35 +184,159 @@ async function startSquid(): Promise<{ url: string; stop(): Promise<void> } | nu
   return null;
 }
 
-const direct = await measure(null);
-const ours = await measure(forgekitProxy);
-const squid = await startSquid();
-const theirs = squid ? await measure(squid.url) : null;
-await squid?.stop();
+/** One target's samples, one per round for each figure. */
+interface Samples {
+  rps: number[];
+  mbps: number[];
+  connectMs: number[];
+  /** CPU per 64 KiB request and per MB of the 16 MiB download, µs. */
+  cpuReq: number[];
+  cpuMB: number[];
+}
 
-const row = (name: string, f: Figures) =>
-  `${name.padEnd(22)} ${f.rps64k.toFixed(0).padStart(6)} req/s (${
-    (f.rps64k / direct.rps64k).toFixed(2)
-  })  ${f.mbps16m.toFixed(0).padStart(5)} MB/s (${(f.mbps16m / direct.mbps16m).toFixed(2)})  ${
-    f.connectMs.toFixed(2).padStart(6)
-  } ms (+${(f.connectMs - direct.connectMs).toFixed(2)} ms)`;
-const lines = [
-  "firewall, splice mode: 64 KiB kept-alive req/s, 16 MiB MB/s, new-connection time to TLS done (curl, loopback; ratio to direct)",
-  row("direct", direct),
-  row("forgekit proxy", ours),
-  theirs
-    ? row("squid (same allow list)", theirs)
-    : "squid: not installed (apt-get install squid-openssl to compare)",
-];
+/**
+ * Measures every target round by round, the order rotating, so that the
+ * drift of this machine's speed hits each alike; each target's kept-alive
+ * figure is the total of REPS runs interleaved with the others'.
+ */
+async function measureAll(targets: Target[]): Promise<{ cold: number[]; samples: Samples[] }> {
+  const cold: number[] = [];
+  for (const t of targets) {
+    // The first requests, before any warm-up: what a short run gets.
+    cold.push(KEEPALIVE_REQUESTS / await keptAlive(t, KEEPALIVE_REQUESTS));
+    await keptAlive(t, WARM_UP.requests);
+    for (let i = 0; i < WARM_UP.downloads; i++) await download16m(t);
+    await connectMs(t, WARM_UP.connections);
+  }
+  const samples = targets.map((): Samples => ({
+    rps: [],
+    mbps: [],
+    connectMs: [],
+    cpuReq: [],
+    cpuMB: [],
+  }));
+  for (let round = 0; round < ROUNDS; round++) {
+    const each = async (measure: (t: Target, s: Samples) => Promise<void>) => {
+      for (let k = 0; k < targets.length; k++) {
+        const i = (round + k) % targets.length;
+        await measure(targets[i], samples[i]);
+      }
+    };
+    const seconds = targets.map(() => 0);
+    const cpu = targets.map(() => 0);
+    for (let rep = 0; rep < REPS; rep++) {
+      await each(async (t) => {
+        const i = targets.indexOf(t);
+        const c0 = t.cpu();
+        seconds[i] += await keptAlive(t, KEEPALIVE_REQUESTS);
+        cpu[i] += t.cpu() - c0;
+      });
+    }
+    targets.forEach((_, i) => {
+      samples[i].rps.push((REPS * KEEPALIVE_REQUESTS) / seconds[i]);
+      samples[i].cpuReq.push(cpu[i] / (REPS * KEEPALIVE_REQUESTS));
+    });
+    await each(async (t, s) => {
+      const c0 = t.cpu();
+      s.mbps.push(await download16m(t));
+      s.cpuMB.push((t.cpu() - c0) / 16.777216);
+    });
+    await each(async (t, s) => void s.connectMs.push(await connectMs(t, CONNS)));
+  }
+  return { cold, samples };
+}
 
-try {
-  const mod = await import("./firewall_bump.ts");
-  if (typeof mod.benchBump === "function") lines.push(...await mod.benchBump());
-} catch (err) {
-  if (!(err instanceof TypeError && /Module not found|Cannot find/.test(String(err)))) {
-    lines.push(`ssl-bump figures unavailable: ${(err as Error).message}`);
+/** The median of per-round values, then the lowest and highest. */
+function spread(xs: number[], digits = 2): string {
+  const s = [...xs].sort((a, b) => a - b);
+  return `${median(s).toFixed(digits)} (${s[0].toFixed(digits)}–${s.at(-1)!.toFixed(digits)})`;
+}
+
+function spliceLines(targets: Target[], cold: number[], samples: Samples[]): string[] {
+  const m = samples.map((s) => ({
+    rps: median(s.rps),
+    mbps: median(s.mbps),
+    ms: median(s.connectMs),
+    cpuReq: median(s.cpuReq),
+    cpuMB: median(s.cpuMB),
+  }));
+  const d = m[0];
+  // forgekit runs in this process: its CPU less this process's own on the direct runs.
+  const own = (t: Target, x: number, base: number) =>
+    t.name === FORGEKIT ? Math.max(0, x - base) : x;
+  const lines = [
+    `firewall, splice mode (curl, HTTP/1.1, loopback; ${REPS} interleaved runs of ${KEEPALIVE_REQUESTS} kept-alive 64 KiB requests per round, one 16 MiB download, new-connection time to TLS done (median of ${CONNS}); median of ${ROUNDS} rounds; ratio to direct)`,
+    ...targets.map((t, i) =>
+      `${t.name.padEnd(24)} ${m[i].rps.toFixed(0).padStart(6)} req/s (${
+        (m[i].rps / d.rps).toFixed(2)
+      })  ${m[i].mbps.toFixed(0).padStart(5)} MB/s (${(m[i].mbps / d.mbps).toFixed(2)})  ${
+        m[i].ms.toFixed(2).padStart(6)
+      } ms (+${(m[i].ms - d.ms).toFixed(2)} ms)  ${
+        i === 0
+          ? `bench process CPU ${d.cpuReq.toFixed(0)} µs/req, ${
+            d.cpuMB.toFixed(0)
+          } µs/MB (taken off forgekit's)`
+          : `CPU ${own(t, m[i].cpuReq, d.cpuReq).toFixed(0)} µs/req, ${
+            own(t, m[i].cpuMB, d.cpuMB).toFixed(0)
+          } µs/MB`
+      }`
+    ),
+    `  cold start (each target's first ${KEEPALIVE_REQUESTS} kept-alive requests, before the rounds): ${
+      targets.map((t, i) => `${t.name.split(" ")[0]} ${cold[i].toFixed(0)} req/s`).join(", ")
+    }`,
+  ];
+  const fk = targets.findIndex((t) => t.name === FORGEKIT);
+  const sq = targets.findIndex((t) => t.name.startsWith("squid"));
+  if (fk === -1 || sq === -1) return lines;
+  const [f, s, dir] = [samples[fk], samples[sq], samples[0]];
+  const per = (k: (s: Samples, r: number) => number) => f.rps.map((_, r) => k(f, r) / k(s, r));
+  lines.push(
+    `  forgekit / squid, per round (median (lowest–highest) of ${ROUNDS}; above 1 = forgekit ahead, except CPU and ms):`,
+    `    64 KiB req/s ${spread(per((x, r) => x.rps[r]))}x | 16 MiB ${
+      spread(per((x, r) => x.mbps[r]))
+    }x | new conn added ms, forgekit minus squid ${
+      spread(f.connectMs.map((x, r) => x - s.connectMs[r]))
+    } | CPU per request ${
+      spread(f.cpuReq.map((x, r) => Math.max(0, x - dir.cpuReq[r]) / s.cpuReq[r]))
+    }x, per MB ${spread(f.cpuMB.map((x, r) => Math.max(0, x - dir.cpuMB[r]) / s.cpuMB[r]))}x`,
+  );
+  return lines;
+}
+
+const FORGEKIT = "forgekit proxy";
+
+/** The splice-mode figures, squid started for them and stopped after. */
+async function benchSplice(): Promise<string[]> {
+  const squid = await startSquid();
+  const targets: Target[] = [
+    { name: "direct", via: [], cpu: ownCpu },
+    { name: FORGEKIT, via: ["--proxy", forgekitProxy], cpu: ownCpu },
+  ];
+  if (squid) {
+    targets.push({
+      name: "squid (same allow list)",
+      via: ["--proxy", squid.url],
+      cpu: () => procCpu(squid.pid),
+    });
+  }
+  try {
+    const { cold, samples } = await measureAll(targets);
+    const lines = spliceLines(targets, cold, samples);
+    if (!squid) lines.push("  squid: not installed (apt-get install squid-openssl to compare)");
+    return lines;
+  } finally {
+    await squid?.stop();
   }
 }
+
+// `deno task bench:firewall [splice|bump]`: both parts, or only the one named.
+const only = Deno.args[0];
+if (only !== undefined && only !== "splice" && only !== "bump") {
+  console.error(`error: unknown part "${only}"; use: deno task bench:firewall [splice|bump]`);
+  Deno.exit(2);
+}
+const lines = only === "bump" ? [] : await benchSplice();
+if (only !== "splice") lines.push(...await benchBump());
 console.log(lines.join("\n"));
 
 listener.close();

@@ -19,10 +19,10 @@
  * @module
  */
 import { join } from "node:path";
-import process from "node:process";
 import { fileURLToPath } from "node:url";
 import { makeTestCa } from "../tests/support/tls.ts";
 import { startBumpFront } from "../tests/support/bump.ts";
+import { ownCpu, procCpu } from "./cpu.ts";
 import { V8_FLAGS_ARG } from "../lib/v8_flags.ts";
 
 const dec = new TextDecoder();
@@ -176,33 +176,6 @@ interface Target {
    */
   inBench?: boolean;
   close(): Promise<void>;
-}
-
-/**
- * CPU time of a process, µs: the sum of its threads' run time from
- * `/proc/<pid>/task/<tid>/schedstat` (nanoseconds), or else user + system
- * time from `/proc/<pid>/stat` (clock ticks of 10 ms, too coarse for 500
- * requests of about 100 µs each).
- */
-function procCpu(pid: number): number {
-  try {
-    let ns = 0;
-    for (const task of Deno.readDirSync(`/proc/${pid}/task`)) {
-      ns += Number(Deno.readTextFileSync(`/proc/${pid}/task/${task.name}/schedstat`).split(" ")[0]);
-    }
-    if (ns > 0) return ns / 1000;
-  } catch {
-    // no schedstat (a kernel without CONFIG_SCHED_INFO): ticks below
-  }
-  const stat = Deno.readTextFileSync(`/proc/${pid}/stat`);
-  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-  return (Number(fields[11]) + Number(fields[12])) * 10_000;
-}
-
-/** This process's CPU time, µs: forgekit runs in it (curl and the origin do not). */
-function ownCpu(): number {
-  const u = process.cpuUsage();
-  return u.user + u.system;
 }
 
 async function curl(args: string[]): Promise<string> {
