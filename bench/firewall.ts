@@ -134,6 +134,9 @@ async function startSquid(): Promise<{ url: string; pid: number; stop(): Promise
   if (!squid) return null;
   const port = 3128 + Math.floor(Math.random() * 1000);
   const conf = join(dir, "squid.conf");
+  // Squid logs each tunnel as forgekit does, as the user it runs as (proxy, when started as root).
+  const logs = await Deno.makeTempDir({ prefix: "squid-bench-logs-" });
+  await Deno.chmod(logs, 0o777);
   await Deno.writeTextFile(
     conf,
     [
@@ -148,7 +151,7 @@ async function startSquid(): Promise<{ url: string; pid: number; stop(): Promise
       "http_access deny all",
       "cache deny all",
       "pid_filename none",
-      "access_log none",
+      `access_log stdio:${join(logs, "access.log")} squid`,
       "cache_log /dev/null",
       "cache_mem 8 MB",
       "shutdown_lifetime 0 seconds",
@@ -171,6 +174,8 @@ async function startSquid(): Promise<{ url: string; pid: number; stop(): Promise
             child.kill("SIGKILL");
           } catch { /* gone */ }
           await child.status;
+          if (Deno.env.get("BENCH_KEEP_SQUID_LOG")) console.error(`squid log: ${logs}`);
+          else await Deno.remove(logs, { recursive: true });
         },
       };
     } catch {
@@ -181,6 +186,7 @@ async function startSquid(): Promise<{ url: string; pid: number; stop(): Promise
     child.kill("SIGKILL");
   } catch { /* exited: squid refused the configuration */ }
   await child.status;
+  await Deno.remove(logs, { recursive: true });
   return null;
 }
 

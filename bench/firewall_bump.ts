@@ -334,7 +334,7 @@ hosts_file ${join(dir, "hosts")}
 dns_nameservers 127.0.0.1
 http_access allow all
 cache deny all
-access_log none
+access_log stdio:${join(dir, "access.log")} squid
 cache_log ${join(dir, "cache.log")}
 pid_filename ${join(dir, "squid.pid")}
 coredump_dir ${dir}
