@@ -18,6 +18,13 @@ import { proxyEnv } from "../lib/bump/upstream.ts";
 import { ownCpu, procCpu } from "./cpu.ts";
 import { benchBump } from "./firewall_bump.ts";
 
+// `deno task bench:firewall [splice|bump]`: both parts, or only the one named.
+const only = Deno.args[0];
+if (only !== undefined && only !== "splice" && only !== "bump") {
+  console.error(`error: unknown part "${only}"; use: deno task bench:firewall [splice|bump]`);
+  Deno.exit(2);
+}
+
 /** Kept-alive 64 KiB requests per run. */
 const KEEPALIVE_REQUESTS = 300;
 /** Kept-alive runs per target and round, interleaved with the other targets'. */
@@ -335,12 +342,6 @@ async function benchSplice(): Promise<string[]> {
   }
 }
 
-// `deno task bench:firewall [splice|bump]`: both parts, or only the one named.
-const only = Deno.args[0];
-if (only !== undefined && only !== "splice" && only !== "bump") {
-  console.error(`error: unknown part "${only}"; use: deno task bench:firewall [splice|bump]`);
-  Deno.exit(2);
-}
 const lines = only === "bump" ? [] : await benchSplice();
 if (only !== "splice") lines.push(...await benchBump());
 console.log(lines.join("\n"));
