@@ -4,6 +4,7 @@
  */
 import { join } from "node:path";
 import { authFetch, loadAuthConfig } from "../lib/auth/mod.ts";
+import { median } from "./stats.ts";
 
 /** Requests per variant; they alternate one by one, so drift hits all alike. */
 const SAMPLES = 10_000;
@@ -56,7 +57,6 @@ for (let i = 0; i < SAMPLES; i++) {
     samples[j].push(await once(variants[j]));
   }
 }
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const [p, w, b] = samples.map(median);
 console.log(
   `auth wrapper overhead: ${

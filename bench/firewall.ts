@@ -16,6 +16,7 @@ import { serveProxy } from "../lib/bump/proxy.ts";
 import { listenProxy } from "../lib/bump/node_conn.ts";
 import { proxyEnv } from "../lib/bump/upstream.ts";
 import { ownCpu, procCpu } from "./cpu.ts";
+import { median, spread } from "./stats.ts";
 import { benchBump } from "./firewall_bump.ts";
 
 // `deno task bench:firewall [splice|bump]`: both parts, or only the one named.
@@ -80,8 +81,6 @@ async function curl(args: string[]): Promise<string> {
   }
   return new TextDecoder().decode(out.stdout);
 }
-
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 /** A path to the origin: direct, or through a proxy. */
 interface Target {
@@ -257,12 +256,6 @@ async function measureAll(targets: Target[]): Promise<{ cold: number[]; samples:
     await each(async (t, s) => void s.connectMs.push(await connectMs(t, CONNS)));
   }
   return { cold, samples };
-}
-
-/** The median of per-round values, then the lowest and highest. */
-function spread(xs: number[], digits = 2): string {
-  const s = [...xs].sort((a, b) => a - b);
-  return `${median(s).toFixed(digits)} (${s[0].toFixed(digits)}–${s.at(-1)!.toFixed(digits)})`;
 }
 
 function spliceLines(targets: Target[], cold: number[], samples: Samples[]): string[] {

@@ -23,6 +23,7 @@ import { fileURLToPath } from "node:url";
 import { makeTestCa } from "../tests/support/tls.ts";
 import { startBumpFront } from "../tests/support/bump.ts";
 import { ownCpu, procCpu } from "./cpu.ts";
+import { median, spread } from "./stats.ts";
 import { V8_FLAGS_ARG } from "../lib/v8_flags.ts";
 
 const dec = new TextDecoder();
@@ -263,8 +264,7 @@ async function newConnMs(t: Target, hosts: string[], http: string): Promise<numb
     ]);
     times.push(Number(out) * 1000);
   }
-  times.sort((a, b) => a - b);
-  return times[Math.floor(times.length / 2)];
+  return median(times);
 }
 
 async function forgekitTarget(routerUrl: string | undefined, testCa: string): Promise<Target> {
@@ -572,7 +572,6 @@ async function measure(directHosts: boolean): Promise<string[]> {
     await router?.close();
     await origin.close();
   }
-  const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
   // This process's own cost of a run, taken off forgekit's (it runs in here).
   const base = {
     h1: median(samples[0].cpuH1),
@@ -666,11 +665,6 @@ interface Samples {
  * Printed: the median of the rounds' ratios, then the lowest and highest.
  */
 function versusSquid(fk: Samples, sq: Samples, direct: Samples): string[] {
-  const spread = (xs: number[], digits = 2) => {
-    const s = [...xs].sort((a, b) => a - b);
-    const m = s[Math.floor(s.length / 2)];
-    return `${m.toFixed(digits)} (${s[0].toFixed(digits)}–${s.at(-1)!.toFixed(digits)})`;
-  };
   const ratio = (a: number[], b: number[]) => a.map((x, i) => x / b[i]);
   // A new connection's added latency, forgekit's minus squid's: direct's share cancels out.
   const minus = (a: number[], b: number[]) => a.map((x, i) => x - b[i]);
