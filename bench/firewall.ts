@@ -180,8 +180,7 @@ async function startSquid(): Promise<{ url: string; pid: number; stop(): Promise
             child.kill("SIGKILL");
           } catch { /* gone */ }
           await child.status;
-          if (Deno.env.get("BENCH_KEEP_SQUID_LOG")) console.error(`squid log: ${logs}`);
-          else await Deno.remove(logs, { recursive: true });
+          await Deno.remove(logs, { recursive: true });
         },
       };
     } catch {
