@@ -1,15 +1,21 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { REPO_ROOT, runCommand, runForgekit } from "./support/cli.ts";
+import { REPO_ROOT, runForgekit } from "./support/cli.ts";
 import denoJson from "../deno.json" with { type: "json" };
 import { bundleFailure, compileArgs, SHEBANG, TARGETS } from "../build.ts";
 import { V8_FLAGS_ARG } from "../lib/v8_flags.ts";
 
 Deno.test("build.ts writes a bundle that runs: --version and a real fetch", async () => {
-  const build = await runCommand(Deno.execPath(), ["run", "-A", "build.ts", "--bundle-only"], {
+  // build.ts runs with this process's environment, not runCommand's clean
+  // one: `deno bundle` may fetch esbuild from the npm registry, through the
+  // proxy and CA settings the environment gives.
+  const build = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", "build.ts", "--bundle-only"],
     cwd: REPO_ROOT,
-  });
-  assert.equal(build.code, 0, build.stderr);
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  assert.ok(build.success, new TextDecoder().decode(build.stderr));
   const bundle = join(REPO_ROOT, "dist", "forgekit.js");
   assert.ok((await Deno.stat(bundle)).mode! & 0o100, "bundle is executable");
 
@@ -42,24 +48,27 @@ Deno.test("build.ts writes a bundle that runs: --version and a real fetch", asyn
 });
 
 Deno.test("build.ts without denort says so in one line and still exits 0", async () => {
-  const noDenort = { cwd: REPO_ROOT, env: { DENORT_BIN: "/nonexistent/denort" } };
-  const out = await runCommand(
-    Deno.execPath(),
-    ["run", "-A", "build.ts", "--target", "aarch64-unknown-linux-gnu"],
-    noDenort,
-  );
-  const stdout = out.stdout;
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", "build.ts", "--target", "aarch64-unknown-linux-gnu"],
+    cwd: REPO_ROOT,
+    env: { DENORT_BIN: "/nonexistent/denort" },
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const stdout = new TextDecoder().decode(out.stdout);
   if (stdout.includes("wrote dist/forgekit-aarch64")) return; // binaries could be built here
   assert.equal(out.code, 0);
   assert.match(stdout, /^build: no binaries for aarch64-unknown-linux-gnu: .+denort/m);
 
-  const strict = await runCommand(
-    Deno.execPath(),
-    ["run", "-A", "build.ts", "--require-binaries", "--target", "aarch64-unknown-linux-gnu"],
-    noDenort,
-  );
+  const strict = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", "build.ts", "--require-binaries", "--target", "aarch64-unknown-linux-gnu"],
+    cwd: REPO_ROOT,
+    env: { DENORT_BIN: "/nonexistent/denort" },
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
   assert.equal(strict.code, 1);
-  assert.match(strict.stderr, /^error: no binaries for/m);
+  assert.match(new TextDecoder().decode(strict.stderr), /^error: no binaries for/m);
 });
 
 Deno.test("build.ts refuses an unknown option or target in one line with exit 2, before building", async () => {
@@ -80,12 +89,17 @@ Deno.test("build.ts refuses an unknown option or target in one line with exit 2,
     ],
   ];
   for (const [args, want] of cases) {
-    const out = await runCommand(Deno.execPath(), ["run", "-A", "--quiet", "build.ts", ...args], {
+    const out = await new Deno.Command(Deno.execPath(), {
+      args: ["run", "-A", "--quiet", "build.ts", ...args],
       cwd: REPO_ROOT,
-    });
-    assert.equal(out.code, 2, `${args.join(" ")}: ${out.stderr}`);
-    assert.match(out.stderr, want);
-    assert.equal(out.stdout, "", "nothing was built");
+      env: { NO_COLOR: "1" },
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    const stderr = new TextDecoder().decode(out.stderr);
+    assert.equal(out.code, 2, `${args.join(" ")}: ${stderr}`);
+    assert.match(stderr, want);
+    assert.equal(new TextDecoder().decode(out.stdout), "", "nothing was built");
   }
 });
 
