@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { AccessLog } from "../lib/bump/access_log.ts";
 import { listenProxy } from "../lib/bump/node_conn.ts";
 import { MAX_HEAD } from "../lib/bump/http_head.ts";
-import { serveProxy, splice } from "../lib/bump/proxy.ts";
+import { type ProxyOptions, serveProxy, splice } from "../lib/bump/proxy.ts";
 import { dialTunnel, proxyEnv } from "../lib/bump/upstream.ts";
 import { startOrigins } from "./support/origin.ts";
 import { concat } from "../lib/bump/conn_io.ts";
@@ -18,6 +18,32 @@ import { until } from "./support/until.ts";
 
 const enc = new TextEncoder();
 const dec = new TextDecoder();
+
+/** The proxy on loopback allowing allowed.example, its access log in a temporary directory. */
+async function startProxy(
+  tlsOnAccepted: boolean,
+  options: Pick<ProxyOptions, "upstream" | "bump" | "headTimeoutMs">,
+) {
+  const dir = await Deno.makeTempDir({ prefix: "forgekit-proxytest-" });
+  const log = new AccessLog(join(dir, "access.log"));
+  const listener = await listenProxy({ hostname: "127.0.0.1", port: 0 }, tlsOnAccepted);
+  const serving = serveProxy(listener, {
+    policy: { allow: ["allowed.example"], block: [] },
+    log,
+    ...options,
+  });
+  return {
+    port: (listener.addr as Deno.NetAddr).port,
+    log,
+    logPath: join(dir, "access.log"),
+    async close() {
+      listener.close();
+      await serving;
+      log.close();
+      await Deno.remove(dir, { recursive: true });
+    },
+  };
+}
 
 /** Runs `fn` against the proxy on each of its listeners (Deno's, and node:net for --ssl-bump). */
 async function withProxy(
@@ -38,22 +64,14 @@ async function withProxyOn(
   upstreamUrl?: string,
 ): Promise<void> {
   const o = await startOrigins(["allowed.example"], (_req, hit) => new Response(`hi ${hit.path}`));
-  const dir = await Deno.makeTempDir({ prefix: "forgekit-proxytest-" });
-  const log = new AccessLog(join(dir, "access.log"));
-  const listener = await listenProxy({ hostname: "127.0.0.1", port: 0 }, tlsOnAccepted);
-  const serving = serveProxy(listener, {
-    policy: { allow: ["allowed.example"], block: [] },
-    log,
+  const proxy = await startProxy(tlsOnAccepted, {
     upstream: proxyEnv((n) => n === "HTTP_PROXY" ? upstreamUrl ?? o.proxy.url : undefined),
     bump: null,
     headTimeoutMs,
   });
   /** Sends `raw` (parts: 100 ms apart) and reads the answer to its end. */
   const send = async (raw: string | string[]) => {
-    const conn = await Deno.connect({
-      hostname: "127.0.0.1",
-      port: (listener.addr as Deno.NetAddr).port,
-    });
+    const conn = await Deno.connect({ hostname: "127.0.0.1", port: proxy.port });
     try {
       for (const [i, part] of [raw].flat().entries()) {
         if (i > 0) await new Promise((r) => setTimeout(r, 100));
@@ -73,11 +91,8 @@ async function withProxyOn(
   try {
     await fn(send, () => o.hits.length);
   } finally {
-    listener.close();
-    await serving;
-    log.close();
+    await proxy.close();
     await o.close();
-    await Deno.remove(dir, { recursive: true });
   }
 }
 
@@ -425,12 +440,7 @@ Deno.test("plain HTTP through HTTP_PROXY carries forgekit's credentials for it, 
 Deno.test("a CONNECT to be bumped is prepared before its ClientHello; spliced and blocked ones are not", async () => {
   const prepared: string[] = [];
   const intercepted: string[] = [];
-  const dir = await Deno.makeTempDir({ prefix: "forgekit-proxytest-" });
-  const log = new AccessLog(join(dir, "access.log"));
-  const listener = await listenProxy({ hostname: "127.0.0.1", port: 0 }, true);
-  const serving = serveProxy(listener, {
-    policy: { allow: ["allowed.example"], block: [] },
-    log,
+  const proxy = await startProxy(true, {
     upstream: { noProxy: [] },
     bump: {
       splice: (host) => host === "pinned.allowed.example",
@@ -447,10 +457,7 @@ Deno.test("a CONNECT to be bumped is prepared before its ClientHello; spliced an
   };
   /** Sends a CONNECT and reads the answer's head; the connection stays open. */
   const connect = async (target: string): Promise<[Deno.TcpConn, string]> => {
-    const conn = await Deno.connect({
-      hostname: "127.0.0.1",
-      port: (listener.addr as Deno.NetAddr).port,
-    });
+    const conn = await Deno.connect({ hostname: "127.0.0.1", port: proxy.port });
     await conn.write(enc.encode(`CONNECT ${target} HTTP/1.1\r\nHost: ${target}\r\n\r\n`));
     let head = "";
     const buf = new Uint8Array(4096);
@@ -483,10 +490,7 @@ Deno.test("a CONNECT to be bumped is prepared before its ClientHello; spliced an
     await new Promise((r) => setTimeout(r, 100));
     assert.deepEqual(prepared, ["allowed.example:443"], "only the bumped CONNECT was prepared");
   } finally {
-    listener.close();
-    await serving;
-    log.close();
-    await Deno.remove(dir, { recursive: true });
+    await proxy.close();
   }
 });
 
@@ -500,20 +504,12 @@ Deno.test("a spliced CONNECT's tunnel is dialled before its ClientHello; one who
   const upstream = startTestProxy({
     "allowed.example:443": (server.addr as Deno.NetAddr).port,
   });
-  const dir = await Deno.makeTempDir({ prefix: "forgekit-proxytest-" });
-  const log = new AccessLog(join(dir, "access.log"));
-  const listener = await listenProxy({ hostname: "127.0.0.1", port: 0 }, false);
-  const serving = serveProxy(listener, {
-    policy: { allow: ["allowed.example"], block: [] },
-    log,
+  const proxy = await startProxy(false, {
     upstream: proxyEnv((n) => n === "HTTPS_PROXY" ? upstream.url : undefined),
     bump: null,
   });
   try {
-    const conn = await Deno.connect({
-      hostname: "127.0.0.1",
-      port: (listener.addr as Deno.NetAddr).port,
-    });
+    const conn = await Deno.connect({ hostname: "127.0.0.1", port: proxy.port });
     await conn.write(enc.encode("CONNECT allowed.example:443 HTTP/1.1\r\n\r\n"));
     const buf = new Uint8Array(4096);
     const n = await conn.read(buf);
@@ -526,17 +522,14 @@ Deno.test("a spliced CONNECT's tunnel is dialled before its ClientHello; one who
     await assert.rejects(tls.then((t) => t.handshake()));
     await until("the tunnel's end", () => upstream.hits[0].sent !== undefined, 2000);
     assert.deepEqual(upstream.hits.map((h) => [h.target, h.sent]), [["allowed.example:443", 0]]);
-    log.flush();
-    assert.match(await Deno.readTextFile(join(dir, "access.log")), /"rule":"sni-mismatch"/);
+    proxy.log.flush();
+    assert.match(await Deno.readTextFile(proxy.logPath), /"rule":"sni-mismatch"/);
     tls.then((t) => t.close(), () => {});
   } finally {
-    listener.close();
-    await serving;
+    await proxy.close();
     await upstream.close();
     server.close();
     await accepting;
-    log.close();
-    await Deno.remove(dir, { recursive: true });
   }
 });
 
