@@ -33,7 +33,19 @@ const dec = new TextDecoder();
  * name resolving to this machine could reach its services).
  */
 const ORIGIN_ADDR = "10.255.0.1";
-const N = 500;
+/**
+ * Requests per kept-alive run. With 500, what a run costs once weighed on
+ * it (its connection, and the compiled code V8 throws away when the rounds'
+ * new connections take paths not seen before): the HTTP/2 ratio to squid
+ * moved between 1.00 and 1.12 from run to run. Not more, so that a round
+ * stays well under 30 s: forgekit closes origin connections idle that long,
+ * and the cached-leaf hosts' connections must still be pooled at the next
+ * round (a fresh connection to the bench origin may wait 40 ms for its
+ * first response, see the README).
+ */
+const N = 1000;
+/** The cold-start figure: each target's first COLD_N kept-alive requests. */
+const COLD_N = 500;
 /** Kept-alive runs of N requests per target, protocol and round (interleaved). */
 const REPS = 3;
 /** Kept-alive requests of each protocol every target serves before the rounds. */
@@ -500,7 +512,7 @@ async function measure(directHosts: boolean): Promise<string[]> {
   try {
     for (const t of targets) {
       // The first requests, before anything else: what a short run gets.
-      cold.push(await reqPerSec(t, "--http1.1"));
+      cold.push(await reqPerSec(t, "--http1.1", COLD_N));
       // Then the rounds measure the steady state: forgekit's JavaScript runs
       // at about half speed until V8 has compiled its hot paths (a few
       // thousand requests), which squid (C) and direct do not need.
@@ -630,7 +642,7 @@ async function measure(directHosts: boolean): Promise<string[]> {
     );
   }
   lines.push(
-    `  cold start (each target's first ${N} kept-alive HTTP/1.1 requests, before the rounds): ${
+    `  cold start (each target's first ${COLD_N} kept-alive HTTP/1.1 requests, before the rounds): ${
       targets.map((t, i) => `${t.name.split(" ")[0]} ${f(cold[i])} req/s`).join(", ")
     }`,
     `  cold new connections (${COLD_CONNS} per target to hosts whose leaf is cached, right after its first dozen connections, HTTP/1.1, median): ${

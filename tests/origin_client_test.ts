@@ -376,6 +376,30 @@ Deno.test("a warmed connection the origin closed before any request is not used"
   }
 });
 
+Deno.test("a pooled connection idle past idleMs does not stop a connection being opened ahead", async () => {
+  // The sweep comes every idleMs / 2, so the pool may hold a connection
+  // that the next request closes unused. warm() used to see it and open
+  // nothing, and that request then opened its own connection, its first
+  // bytes riding on the TLS handshake.
+  const { ca, origins: [o] } = await closingOrigins(1, 60_000);
+  const client = new OriginClient({ caCerts: [ca.cert], upstream: { noProxy: [] }, idleMs: 2000 });
+  try {
+    assert.equal(await send(client, o.port), "200 ok"); // the sweep: every 1000 ms from here
+    await sleep(500);
+    assert.equal(await send(client, o.port), "200 ok"); // pooled at 500 ms: swept at 3000 ms
+    await sleep(2250); // idle for 2250 ms, past idleMs, still pooled
+    client.warm("127.0.0.1", o.port);
+    await sleep(150);
+    assert.equal(o.accepted, 2, "a connection is opened ahead");
+    assert.equal(await send(client, o.port), "200 ok");
+    assert.equal(o.accepted, 2, "the request takes it");
+  } finally {
+    client.close();
+    o.listener.close();
+    await o.serving;
+  }
+});
+
 Deno.test("idle connections are bounded in all: the least recently used origin's goes first", async () => {
   const { ca, origins } = await closingOrigins(3, 60_000);
   const client = new OriginClient({

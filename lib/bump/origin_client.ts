@@ -467,7 +467,7 @@ export class OriginClient {
    */
   warm(host: string, port: number): void {
     const key = `${host.toLowerCase()}:${port}`;
-    if (this.#closed || this.#warming.has(key) || (this.#idle.get(key)?.length ?? 0) > 0) return;
+    if (this.#closed || this.#warming.has(key) || this.#hasFreshIdle(key)) return;
     if (this.#warming.size >= MAX_WARMING || this.#waiting.length > 0 || !this.#trySlot()) return;
     const pending = this.#dial(host, port, key).then(async (oc) => {
       // Closing it ends the handshake (and frees its slot).
@@ -856,6 +856,17 @@ export class OriginClient {
       throw err;
     }
     return (await pending) ?? undefined;
+  }
+
+  /**
+   * Whether {@linkcode #takeIdle} would hand out a pooled connection: its
+   * newest is not yet idle for idleMs. An older one is closed when taken
+   * (the sweep may not have come yet), so it must not stop a warm-up.
+   */
+  #hasFreshIdle(key: string): boolean {
+    const newest = this.#idle.get(key)?.at(-1);
+    return newest !== undefined &&
+      newest.idleSince >= performance.now() - (this.#opts.idleMs ?? 30_000);
   }
 
   #takeIdle(key: string): OriginConn | undefined {
