@@ -865,13 +865,17 @@ export class OriginClient {
    */
   #hasFreshIdle(key: string): boolean {
     const newest = this.#idle.get(key)?.at(-1);
-    return newest !== undefined &&
-      newest.idleSince >= performance.now() - (this.#opts.idleMs ?? 30_000);
+    return newest !== undefined && newest.idleSince >= this.#staleBefore();
+  }
+
+  /** Pooled connections released before this time (performance.now()) are not used again. */
+  #staleBefore(): number {
+    return performance.now() - (this.#opts.idleMs ?? 30_000);
   }
 
   #takeIdle(key: string): OriginConn | undefined {
     const list = this.#idle.get(key);
-    const limit = performance.now() - (this.#opts.idleMs ?? 30_000);
+    const limit = this.#staleBefore();
     for (let oc = list?.pop(); oc !== undefined; oc = list!.pop()) {
       this.#idleOrder.delete(oc);
       if (list!.length === 0) this.#idle.delete(key);
@@ -919,7 +923,7 @@ export class OriginClient {
 
   /** Closes connections idle longer than idleMs. */
   #sweep(): void {
-    const limit = performance.now() - (this.#opts.idleMs ?? 30_000);
+    const limit = this.#staleBefore();
     for (const [key, list] of this.#idle) {
       const keep = list.filter((oc) =>
         oc.idleSince >= limit || (oc.close(), this.#idleOrder.delete(oc), false)
