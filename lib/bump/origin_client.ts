@@ -45,7 +45,13 @@ import {
 import { closeQuietly, writeAll } from "./conn_io.ts";
 import { latin1Decode, latin1Encode } from "./latin1.ts";
 import { type BumpReply, RequestBodyError } from "./exchange.ts";
-import { BodySource, H2Pool, OriginH2Connection, type OriginH2Stream } from "./origin_h2.ts";
+import {
+  BodySource,
+  H2Pool,
+  IDLE_MS,
+  OriginH2Connection,
+  type OriginH2Stream,
+} from "./origin_h2.ts";
 import { requestFields } from "./h2_client_session.ts";
 import { bodiless } from "./h2_response.ts";
 
@@ -130,7 +136,7 @@ export interface OriginClientOptions {
   maxIdle?: number;
   /** Idle connections kept in all (the least recently used beyond it are closed). */
   maxIdleTotal?: number;
-  /** An idle connection is closed after this long. */
+  /** An idle connection is closed after this long (default {@linkcode IDLE_MS}). */
   idleMs?: number;
   /** Origin connections open at once, in all (default {@linkcode MAX_ORIGIN_CONNECTIONS}). */
   maxConnections?: number;
@@ -401,10 +407,13 @@ export class OriginClient {
   #h1Refused = new Set<string>();
   /** HTTP/2 connections being opened ahead ({@linkcode warmH2}), bounded as {@linkcode warm}'s. */
   #warmingH2 = 0;
+  /** How long a pooled connection may stay idle. */
+  #idleMs: number;
 
   constructor(options: OriginClientOptions) {
     this.#opts = options;
-    this.#h2 = new H2Pool({ idleMs: options.idleMs });
+    this.#idleMs = options.idleMs ?? IDLE_MS;
+    this.#h2 = new H2Pool({ idleMs: this.#idleMs });
   }
 
   /** What the origin picked, offered h2 and http/1.1 (for HTTP/2 clients), if known. */
@@ -870,7 +879,7 @@ export class OriginClient {
 
   /** Pooled connections released before this time (performance.now()) are not used again. */
   #staleBefore(): number {
-    return performance.now() - (this.#opts.idleMs ?? 30_000);
+    return performance.now() - this.#idleMs;
   }
 
   #takeIdle(key: string): OriginConn | undefined {
@@ -915,7 +924,7 @@ export class OriginClient {
     }
     // One sweep timer per client, not one timer per request.
     if (this.#sweeper === undefined) {
-      const every = (this.#opts.idleMs ?? 30_000) / 2;
+      const every = this.#idleMs / 2;
       this.#sweeper = setInterval(() => this.#sweep(), every);
       Deno.unrefTimer(this.#sweeper);
     }

@@ -638,6 +638,9 @@ export class OriginH2Connection {
   }
 }
 
+/** How long a pooled origin connection may stay idle, by default (HTTP/1.1 and HTTP/2 alike). */
+export const IDLE_MS = 30_000;
+
 /**
  * The HTTP/2 connections kept per origin (`host:port`), and the dials under
  * way, so that a burst of requests to a new origin shares one connection.
@@ -656,7 +659,7 @@ export class H2Pool {
   #sweeper: ReturnType<typeof setInterval> | undefined;
 
   constructor(options: { idleMs?: number } = {}) {
-    this.#idleMs = options.idleMs ?? 30_000;
+    this.#idleMs = options.idleMs ?? IDLE_MS;
   }
 
   /** A connection to `key` with room for one more stream. */
